@@ -80,7 +80,7 @@ export function registerAgent(program: Command): void {
     const logger = createLogger({ level: flags.logLevel, name: 'pullwatch-agent' });
     // Preserve a default: commander's default for --stall-after etc. is the raw string when untouched.
     const agent = await startAgent(agentOptionsFromFlags(normalizeDefaults(flags)), logger);
-    logger.info({ url: agent.url, node: agent.nodeName }, 'agent running');
+    logger.info({ address: agent.url, node: agent.nodeName }, 'agent running');
     await waitForSignal();
     logger.info('stopping');
     await agent.stop();

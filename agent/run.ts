@@ -1,5 +1,19 @@
+import { existsSync } from 'node:fs';
 import type { Logger } from '../common/log.js';
+import { pullwatchVersion } from '../cli/version.js';
+import { PullTracker } from './detector/pull-tracker.js';
+import { startAgentHttp } from './http/server.js';
+import type { AgentState } from './model/agent-state.js';
 import type { PullRecord } from './model/pulls.js';
+import { AgentPipeline } from './pipeline.js';
+import { createCollectorSink } from './sinks/collector/sink.js';
+import { createLogSink } from './sinks/log-sink.js';
+import { createMetrics } from './sinks/metrics.js';
+import type { Sink } from './sinks/sink.js';
+import { ContainerdIngestSource } from './sources/containerd/ingest-source.js';
+import { DockerTmpSource } from './sources/docker/tmp-source.js';
+import { SourceHealth } from './sources/health.js';
+import type { Source } from './sources/source.js';
 
 /** Options of `pullwatch agent` (and of the agent inside `pullwatch start`). Durations in ms. */
 export interface AgentOptions {
@@ -20,6 +34,8 @@ export interface AgentOptions {
   listen: string;
   nodeName: string;
   kube: 'auto' | 'off';
+  /** A kubeconfig instead of the in-cluster service account (tests, running off-cluster). */
+  kubeconfig?: string;
 }
 
 export interface RunningAgent {
@@ -30,7 +46,76 @@ export interface RunningAgent {
   stop(): Promise<void>;
 }
 
-/** Starts sources → detector → sinks. (Being built by the lead; signature is stable.) */
-export async function startAgent(_opts: AgentOptions, _logger: Logger): Promise<RunningAgent> {
-  throw new Error('agent not built yet');
+export class AgentOptionsError extends Error {}
+
+function validate(o: AgentOptions): void {
+  if (!(o.stallAfterMs > 0)) throw new AgentOptionsError('--stall-after must be greater than 0');
+  if (!(o.pollMs > 0)) throw new AgentOptionsError('--poll must be greater than 0');
+  if (o.pollMs > o.stallAfterMs) throw new AgentOptionsError('--poll must not be longer than --stall-after');
+  if (!(o.slowBelowBytesPerSecond >= 0)) throw new AgentOptionsError('--slow-below must be 0 or more');
+  if (!o.nodeName) throw new AgentOptionsError('--node-name is empty');
+  if (o.collector) {
+    let u: URL;
+    try { u = new URL(o.collector); } catch { throw new AgentOptionsError(`--collector "${o.collector}" is not a URL`); }
+    if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new AgentOptionsError('--collector must be http:// or https://');
+    if (!o.queueDir) throw new AgentOptionsError('--collector needs --queue-dir');
+  }
+}
+
+/** Builds the concrete sources for this node from the options. */
+function buildSources(o: AgentOptions, logger: Logger): Source[] {
+  const sources: Source[] = [];
+  if (o.containerdRoot) {
+    sources.push(new ContainerdIngestSource({ root: o.containerdRoot, pollMs: o.pollMs, socket: o.containerdSocket }));
+  }
+  if (o.dockerRoot && existsSync(o.dockerRoot)) {
+    sources.push(new DockerTmpSource({ dockerRoot: o.dockerRoot, pollMs: o.pollMs, socket: o.dockerSocket }));
+  } else if (o.dockerRoot) {
+    logger.debug({ dockerRoot: o.dockerRoot }, 'no Docker data root: Docker source off');
+  }
+  return sources;
+}
+
+/** Starts sources → detector → sinks and the HTTP endpoints. */
+export async function startAgent(opts: AgentOptions, logger: Logger): Promise<RunningAgent> {
+  validate(opts);
+  const now = () => Date.now();
+  const health = new SourceHealth(logger);
+  const tracker = new PullTracker({ stallAfterMs: opts.stallAfterMs, slowBelowBytesPerSecond: opts.slowBelowBytesPerSecond, now });
+  const metrics = createMetrics(tracker, health, opts.nodeName);
+  const state: AgentState = {
+    nodeName: opts.nodeName,
+    agentVersion: pullwatchVersion(),
+    pulls: () => tracker.records(true),
+    runtime: () => tracker.runtime(),
+    sourceErrors: () => health.snapshot().reduce((n, e) => n + e.count, 0),
+  };
+  const sinks: Sink[] = [createLogSink(logger), metrics.sink];
+  let collectorSink: ReturnType<typeof createCollectorSink> | undefined;
+  if (opts.collector) {
+    collectorSink = createCollectorSink({
+      url: opts.collector, tokenFile: opts.tokenFile, queueDir: opts.queueDir as string, state, logger: logger.child({ sink: 'collector' }),
+    });
+    sinks.push(collectorSink);
+  }
+  const sources = buildSources(opts, logger);
+  const pipeline = new AgentPipeline({ tracker, sources, sinks, health, logger, tickMs: Math.min(opts.pollMs, 1000), now });
+  await pipeline.start();
+  collectorSink?.start();
+  let http: Awaited<ReturnType<typeof startAgentHttp>>;
+  try {
+    http = await startAgentHttp({ listen: opts.listen, tracker, metrics: metrics.registry, nodeName: opts.nodeName, logger });
+  } catch (err) {
+    await pipeline.stop();
+    throw err;
+  }
+  return {
+    url: http.url,
+    nodeName: opts.nodeName,
+    pulls: () => tracker.records(),
+    async stop() {
+      await http.app.close();
+      await pipeline.stop();
+    },
+  };
 }

@@ -26,7 +26,8 @@ export function parseListen(listen: string): { host: string; port: number } {
 export async function startAgentHttp(o: AgentHttpOptions): Promise<{ app: FastifyInstance; url: string }> {
   const app: FastifyInstance = Fastify({
     // pino 10 and fastify's bundled pino types differ only nominally; the instance is a pino logger.
-    loggerInstance: o.logger.child({ component: 'http' }) as unknown as FastifyBaseLogger, disableRequestLogging: true,
+    // request lines are info-level: this child logs warnings and errors only.
+    loggerInstance: o.logger.child({ component: 'http' }, { level: 'warn' }) as unknown as FastifyBaseLogger,
   });
   app.get('/healthz', async (_req, reply) => {
     const ok = o.healthy ? o.healthy() : true;
