@@ -11,7 +11,6 @@ import { createLogSink } from './sinks/log-sink.js';
 import { createMetrics } from './sinks/metrics.js';
 import type { Sink } from './sinks/sink.js';
 import { ContainerdIngestSource } from './sources/containerd/ingest-source.js';
-import { DockerTmpSource } from './sources/docker/tmp-source.js';
 import { SourceHealth } from './sources/health.js';
 import type { Source } from './sources/source.js';
 
@@ -63,12 +62,14 @@ function validate(o: AgentOptions): void {
 }
 
 /** Builds the concrete sources for this node from the options. */
-function buildSources(o: AgentOptions, logger: Logger): Source[] {
+async function buildSources(o: AgentOptions, logger: Logger): Promise<Source[]> {
   const sources: Source[] = [];
   if (o.containerdRoot) {
     sources.push(new ContainerdIngestSource({ root: o.containerdRoot, pollMs: o.pollMs, socket: o.containerdSocket }));
   }
   if (o.dockerRoot && existsSync(o.dockerRoot)) {
+    // dockerode (and its ssh stack) is loaded only on Docker nodes: memory is a feature.
+    const { DockerTmpSource } = await import('./sources/docker/tmp-source.js');
     sources.push(new DockerTmpSource({ dockerRoot: o.dockerRoot, pollMs: o.pollMs, socket: o.dockerSocket }));
   } else if (o.dockerRoot) {
     logger.debug({ dockerRoot: o.dockerRoot }, 'no Docker data root: Docker source off');
@@ -98,7 +99,7 @@ export async function startAgent(opts: AgentOptions, logger: Logger): Promise<Ru
     });
     sinks.push(collectorSink);
   }
-  const sources = buildSources(opts, logger);
+  const sources = await buildSources(opts, logger);
   const pipeline = new AgentPipeline({ tracker, sources, sinks, health, logger, tickMs: Math.min(opts.pollMs, 1000), now });
   await pipeline.start();
   collectorSink?.start();
