@@ -260,7 +260,7 @@ export class ContainerdIngestSource implements Source {
       return undefined;
     }
     if (!dirStat) return undefined; // removed between readdir and stat: it shows as closed next poll
-    const young = now - st.firstSeenAt < CREATION_GRACE_MS && st.polls < 3;
+    const young = now - st.firstSeenAt < Math.max(CREATION_GRACE_MS, 2.5 * this.opts.pollMs);
 
     if (dirStat.mtimeMs !== st.readAtDirMtime) {
       let complete = true;
@@ -292,7 +292,9 @@ export class ContainerdIngestSource implements Source {
         if (st.total === undefined) {
           const r = readSmall(join(st.path, 'total'));
           this.stats.smallFileReads++;
-          if (r.ok) {
+          if (r.ok && r.text.length === 0 && young) {
+            complete = false; // written with a plain write (not rename): caught before its bytes landed
+          } else if (r.ok) {
             const t = parseTotal(r.text);
             if (t.ok) st.total = t.value;
             else this.reportDir(st, 'ingest-total-invalid', t.reason);
@@ -302,8 +304,10 @@ export class ContainerdIngestSource implements Source {
           // A missing `total` is normal (written only when > 0, or not yet written).
         }
       }
-      // Re-read next poll while something was missing; otherwise only after the dir changes.
-      st.readAtDirMtime = complete ? dirStat.mtimeMs : -1;
+      // Re-read next poll while something was missing or the dir is brand new (file times are
+      // jiffy-coarse: a file created in the same tick leaves the dir mtime unchanged); otherwise
+      // only after the dir changes.
+      st.readAtDirMtime = complete && !young ? dirStat.mtimeMs : -1;
     }
     const ref = st.ref;
     if (!ref) return undefined;
@@ -365,7 +369,9 @@ export class ContainerdIngestSource implements Source {
       else if (!young) this.reportDir(st, `ingest-${file}-missing`, r.err);
       return !r.missing || !young;
     }
-    // containerd replaces these by rename: never half written.
+    // containerd replaces these by rename, so they are never half written; an empty file in a
+    // brand-new dir is still treated as "not written yet".
+    if (r.text.length === 0 && young) return false;
     const t = parseTimestamp(r.text);
     if (!t.ok) {
       this.reportDir(st, `ingest-${file}-invalid`, t.reason);
