@@ -10,7 +10,7 @@ import { yearLess } from './time.js';
 
 export interface KlogLine {
   severity: 'I' | 'W' | 'E' | 'F';
-  at: number | null;
+  at: number;
   pid: number;
   file: string;
   body: string;
@@ -22,9 +22,11 @@ export function parseKlogHeader(line: string, year: number | undefined, fallback
   const m = HEADER.exec(line);
   if (!m) return null;
   const n = (i: number) => Number(m[i]);
+  const at = yearLess(n(2), n(3), n(4), n(5), n(6), Math.floor(n(7) / 1000), year, fallbackAt);
+  if (at === null) return null; // an impossible date: not a klog header
   return {
     severity: m[1] as KlogLine['severity'],
-    at: yearLess(n(2), n(3), n(4), n(5), n(6), Math.floor(n(7) / 1000), year, fallbackAt),
+    at,
     pid: n(8),
     file: `${m[9]}:${m[10]}`,
     body: line.slice(m[0].length),
