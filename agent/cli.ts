@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { Option, type Command } from 'commander';
 import { createLogger } from '../common/log.js';
 import { bytesArg, durationArg, envOption } from '../cli/options.js';
-import { startAgent, type AgentOptions } from './run.js';
+import type { AgentOptions } from './run.js';
 
 interface AgentFlags {
   hostRoot: string;
@@ -79,6 +79,7 @@ export function registerAgent(program: Command): void {
   cmd.action(async (flags: AgentFlags) => {
     const logger = createLogger({ level: flags.logLevel, name: 'pullwatch-agent' });
     // Preserve a default: commander's default for --stall-after etc. is the raw string when untouched.
+    const { startAgent } = await import('./run.js');
     const agent = await startAgent(agentOptionsFromFlags(normalizeDefaults(flags)), logger);
     logger.info({ address: agent.url, node: agent.nodeName }, 'agent running');
     await waitForSignal();
