@@ -260,7 +260,7 @@ export class ContainerdIngestSource implements Source {
       return undefined;
     }
     if (!dirStat) return undefined; // removed between readdir and stat: it shows as closed next poll
-    const young = now - st.firstSeenAt < Math.max(CREATION_GRACE_MS, 2.5 * this.opts.pollMs);
+    const young = now - st.firstSeenAt < Math.max(CREATION_GRACE_MS, Math.min(2.5 * this.opts.pollMs, 30_000));
 
     if (dirStat.mtimeMs !== st.readAtDirMtime) {
       let complete = true;
