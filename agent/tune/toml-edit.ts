@@ -301,7 +301,9 @@ export function verifyTomlEdit(before: string, after: string, changes: Array<{ p
   let b: Record<string, unknown>;
   try { a = parseToml(before) as Record<string, unknown>; } catch (e) { throw new TomlEditError(`original does not parse: ${(e as Error).message}`); }
   try { b = parseToml(after) as Record<string, unknown>; } catch (e) { throw new TomlEditError(`edited text does not parse: ${(e as Error).message}`); }
-  const expected = structuredClone(a);
+  // plain JSON shapes: smol-toml builds objects with their own prototypes; dates compare as text
+  const plain = (x: unknown): Record<string, unknown> => JSON.parse(JSON.stringify(x)) as Record<string, unknown>;
+  const expected = plain(a);
   for (const c of changes) setPath(expected, c.path, c.value);
-  if (!isDeepStrictEqual(expected, b)) throw new TomlEditError('edit changed more than the intended keys; refusing to write');
+  if (!isDeepStrictEqual(expected, plain(b))) throw new TomlEditError('edit changed more than the intended keys; refusing to write');
 }
