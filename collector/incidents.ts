@@ -101,11 +101,13 @@ export class IncidentEngine {
       const existing = this.incidents.get(nodeKey);
       if (existing) {
         this.upsertMember(existing, member, nowMs);
+        this.checkRegistry(registry, nowMs);
       } else {
         const inc = this.open('pull-stall', nodeKey, nowMs, { registry, image: pull.image, node, members: [member] });
-        this.emit(inc, 'firing', nowMs);
+        this.checkRegistry(registry, nowMs);
+        // fire only if it was not grouped into a registry incident right away
+        if (inc.state === 'open') this.emit(inc, 'firing', nowMs);
       }
-      this.checkRegistry(registry, nowMs);
       return;
     }
 
