@@ -79,8 +79,16 @@ export function registerAgent(program: Command): void {
   cmd.action(async (flags: AgentFlags) => {
     const logger = createLogger({ level: flags.logLevel, name: 'pullwatch-agent' });
     // Preserve a default: commander's default for --stall-after etc. is the raw string when untouched.
-    const { startAgent } = await import('./run.js');
-    const agent = await startAgent(agentOptionsFromFlags(normalizeDefaults(flags)), logger);
+    const { startAgent, AgentOptionsError } = await import('./run.js');
+    let agent: Awaited<ReturnType<typeof startAgent>>;
+    try {
+      agent = await startAgent(agentOptionsFromFlags(normalizeDefaults(flags)), logger);
+    } catch (err) {
+      if (!(err instanceof AgentOptionsError) && (err as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw err;
+      process.stderr.write(`pullwatch agent: ${(err as Error).message}\n`);
+      process.exitCode = 2;
+      return;
+    }
     logger.info({ address: agent.url, node: agent.nodeName }, 'agent running');
     await waitForSignal();
     logger.info('stopping');

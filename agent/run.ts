@@ -12,6 +12,7 @@ import { createMetrics } from './sinks/metrics.js';
 import type { Sink } from './sinks/sink.js';
 import { ContainerdIngestSource } from './sources/containerd/ingest-source.js';
 import { SourceHealth } from './sources/health.js';
+import { createLogSources, LogSourceSpecError } from './sources/logs/index.js';
 import type { Source } from './sources/source.js';
 
 /** Options of `pullwatch agent` (and of the agent inside `pullwatch start`). Durations in ms. */
@@ -53,6 +54,12 @@ function validate(o: AgentOptions): void {
   if (o.pollMs > o.stallAfterMs) throw new AgentOptionsError('--poll must not be longer than --stall-after');
   if (!(o.slowBelowBytesPerSecond >= 0)) throw new AgentOptionsError('--slow-below must be 0 or more');
   if (!o.nodeName) throw new AgentOptionsError('--node-name is empty');
+  for (const spec of o.logSources) {
+    try { createLogSources([spec]); } catch (err) {
+      if (err instanceof LogSourceSpecError) throw new AgentOptionsError(err.message);
+      throw err;
+    }
+  }
   if (o.collector) {
     let u: URL;
     try { u = new URL(o.collector); } catch { throw new AgentOptionsError(`--collector "${o.collector}" is not a URL`); }
@@ -67,6 +74,7 @@ async function buildSources(o: AgentOptions, logger: Logger): Promise<Source[]> 
   if (o.containerdRoot) {
     sources.push(new ContainerdIngestSource({ root: o.containerdRoot, pollMs: o.pollMs, socket: o.containerdSocket }));
   }
+  sources.push(...createLogSources(o.logSources, { hostRoot: o.hostRoot, pollMs: Math.min(o.pollMs, 500) }));
   if (o.dockerRoot && existsSync(o.dockerRoot)) {
     // dockerode (and its ssh stack) is loaded only on Docker nodes: memory is a feature.
     const { DockerTmpSource } = await import('./sources/docker/tmp-source.js');
