@@ -377,7 +377,7 @@ export function createCollectorSink(opts: CollectorSinkOptions): CollectorSink {
       stop.abort();
       wakeSender?.();
       const grace = setTimeout(() => hardStop.abort(), 2000);
-      await Promise.race([Promise.all([senderDone, heartbeatDone]), sleep(3000)]);
+      await Promise.race([Promise.all([senderDone, heartbeatDone]), sleep(3000, undefined, { ref: false })]);
       clearTimeout(grace);
       hardStop.abort();
       await queue.close();
