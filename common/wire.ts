@@ -143,8 +143,9 @@ export const AgentEventSchema = z.object({
   capture: CaptureSchema.optional(),
 });
 
-const nodeName = z.string().min(1).max(L.maxNodeLength);
-const agentVersion = z.string().min(1).max(64);
+/** Kubernetes node names (DNS subdomains) and host names; no spaces or control characters. */
+const nodeName = z.string().min(1).max(L.maxNodeLength).regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'must be a node/host name ([A-Za-z0-9._-], starting alphanumeric)');
+const agentVersion = z.string().min(1).max(64).regex(/^[A-Za-z0-9][A-Za-z0-9.+_-]*$/, 'must be a version string');
 
 export const EventBatchSchema = z.object({
   node: nodeName,
