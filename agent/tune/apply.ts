@@ -428,6 +428,9 @@ export async function applyPlan(opts: ApplyOptions): Promise<ApplyResult> {
   const log = opts.log ?? (() => undefined);
   const exec = opts.exec ?? defaultExec;
   const fs = layout.fs;
+  if (layout.errors.length > 0) {
+    throw new TuneError(`refusing to apply while the node's config has problems (fix them first): ${layout.errors.join('; ')}`, 'malformed');
+  }
   const changes = planChanges(plan, layout, opts.only ?? 'all', now).filter((c) => c.before !== c.after);
   const diff = unifiedDiff(changes);
   const result: ApplyResult = { changes, diff, written: false, restarted: [], rolledBack: false, messages: [] };

@@ -191,6 +191,5 @@ export async function detectNode(opts: DetectOptions): Promise<NodeLayout> {
       ...(!runtimeSemver ? { versionError: v.error ?? 'unrecognised cri-dockerd --version output' } : {}),
     };
   }
-  if (runtime.versionError) errors.push(`${runtime.name}: ${runtime.versionError}`);
   return { ...layout, runtime, runtimeSemver };
 }

@@ -48,6 +48,7 @@ const dur = (ms: number | null | undefined): string => (ms === null || ms === un
 export function buildPlan(layout: NodeLayout, opts: Pick<ComputeTunePlanOptions, 'history' | 'historyInfo' | 'deadlineOverrideMs' | 'now' | 'hostRoot'>): TunePlan {
   const warnings: string[] = [];
   const errors = [...layout.errors];
+  if (layout.runtime.versionError && layout.runtime.name !== 'unknown') errors.push(`${layout.runtime.name}: ${layout.runtime.versionError}`);
   const history: HistoryInfo = opts.historyInfo ?? (opts.history
     ? { source: 'file', note: `${opts.history.length} pulls`, pulls: opts.history.length }
     : { source: 'none', note: 'no history', pulls: 0 });
