@@ -12,7 +12,7 @@ export { JournalLogSource, DEFAULT_JOURNAL_UNITS, type JournalLogSourceOptions }
 export { LineSplitter, DEFAULT_MAX_LINE_BYTES } from './line-reader.js';
 export { LogCorrelator } from './correlate.js';
 export {
-  parseLogLine, parseJournalEntry, componentFromName, journalEntrySchema,
+  parseLogLine, parseJournalEntry, parseJournalLine, mayBePullLine, componentFromName, journalEntrySchema,
   type ParseContext, type ParsedLogLine,
 } from './parse/index.js';
 

@@ -9,7 +9,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import type { Source, SourceContext } from '../source.js';
 import { LogEmitter } from './emit.js';
 import { LineSplitter } from './line-reader.js';
-import { parseJournalEntry } from './parse/index.js';
+import { parseJournalLine } from './parse/index.js';
 
 export const DEFAULT_JOURNAL_UNITS = ['kubelet', 'containerd', 'crio', 'docker', 'cri-docker'];
 
@@ -178,16 +178,12 @@ export class JournalLogSource implements Source {
     if (!ctx || !this.emitter) return;
     if (line.length === 0 || line.trim().length === 0) return;
     this.linesRead++;
-    let entry: unknown;
-    try {
-      entry = JSON.parse(line);
-    } catch (err) {
-      ctx.health.report(this.name, 'bad-json', err);
+    const r = parseJournalLine(line, ctx.now());
+    if (!r.ok) {
+      ctx.health.report(this.name, 'bad-json', `journalctl printed a line that is not JSON: ${r.error}`);
       return;
     }
-    if (entry && typeof entry === 'object' && typeof (entry as { __CURSOR?: unknown }).__CURSOR === 'string') {
-      this.cursor = (entry as { __CURSOR: string }).__CURSOR;
-    }
-    this.emitter.emit(parseJournalEntry(entry, ctx.now()));
+    if (r.cursor !== undefined) this.cursor = r.cursor;
+    this.emitter.emit(r.parsed);
   }
 }

@@ -4,7 +4,7 @@ import { LogCorrelator } from '../../../agent/sources/logs/correlate.js';
 import { createLogSources, FileLogSource, JournalLogSource, LogSourceSpecError, parseLogSourceSpec } from '../../../agent/sources/logs/index.js';
 import { LineSplitter } from '../../../agent/sources/logs/line-reader.js';
 import { readGoQuoted } from '../../../agent/sources/logs/parse/gostring.js';
-import { parseJournalEntry, parseLogLine, type ParsedLogLine } from '../../../agent/sources/logs/parse/index.js';
+import { parseJournalEntry, parseJournalLine, parseLogLine, type ParsedLogLine } from '../../../agent/sources/logs/parse/index.js';
 import { fixtureLines } from './fixtures.js';
 
 const NOW = Date.UTC(2026, 10, 21, 10, 0, 0);
@@ -92,6 +92,16 @@ describe('journal entries (journalctl -o json)', () => {
       null, // MESSAGE null
       null, // bad timestamp: schema refuses the entry
     ]);
+  });
+
+  it('journal lines: noise skips JSON parsing but keeps the cursor; pull lines and byte arrays are parsed; junk is an error', () => {
+    const noise = JSON.stringify({ __CURSOR: 's=1;i="9"', MESSAGE: 'Started foo.service', __REALTIME_TIMESTAMP: '1' });
+    expect(parseJournalLine(noise, NOW)).toEqual({ ok: true, parsed: null, cursor: 's=1;i="9"' });
+    const lines = fixtureLines('journal-json.jsonl');
+    expect(parseJournalLine(lines[0] as string, NOW)).toMatchObject({ ok: true, cursor: 's=1;i=1', parsed: { component: 'kubelet' } });
+    expect(parseJournalLine(lines[2] as string, NOW)).toMatchObject({ ok: true, cursor: 's=1;i=3', parsed: { event: { type: 'pull-cancelled' } } });
+    expect(parseJournalLine('{"MESSAGE":"PullImage', NOW)).toMatchObject({ ok: false });
+    expect(parseJournalLine('-- No entries --', NOW)).toMatchObject({ ok: false });
   });
 
   it('non-objects and wrong field types are refused, not thrown', () => {

@@ -26,6 +26,12 @@ export { parseDockerLine, matchDockerMessage } from './docker.js';
 /** Longest line the parsers look at; longer ones are not log lines we know (the readers drop them first). */
 export const MAX_PARSE_LINE = 64 * 1024;
 
+/**
+ * Every pull line of every component contains one of these words; most lines a node writes do not,
+ * and are refused before any further parsing (the cheap path for the 95% of noise).
+ */
+const PREFILTER = /pull(?:ing|ed)? image|PullImage|Timed out on waiting/i;
+
 const SYSLOG_BSD = /^([A-Z][a-z]{2}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\S+) ([^\s[:]+)(?:\[\d+\])?: ?/;
 const SYSLOG_ISO = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?) (\S+) ([^\s[:]+)(?:\[\d+\])?: ?/;
 
@@ -40,9 +46,15 @@ export function componentFromName(name: string | undefined): LogComponent | unde
   return undefined;
 }
 
+/** False when `text` cannot be a pull line of any component (cheap pre-check). */
+export function mayBePullLine(text: string): boolean {
+  return PREFILTER.test(text);
+}
+
 export function parseLogLine(line: string, ctx: ParseContext): ParsedLogLine | null {
   try {
     if (typeof line !== 'string' || line.length === 0 || line.length > MAX_PARSE_LINE) return null;
+    if (!PREFILTER.test(line)) return null;
     let text = line.endsWith('\r') ? line.slice(0, -1) : line;
     let component = ctx.component;
     let fallbackAt = ctx.fallbackAt;
@@ -162,4 +174,31 @@ export function parseJournalEntry(entry: unknown, fallbackAt: number): ParsedLog
   } catch {
     return null;
   }
+}
+
+const CURSOR_RE = /"__CURSOR":"((?:[^"\\]|\\.)*)"/;
+
+export type JournalLineResult =
+  | { ok: true; parsed: ParsedLogLine | null; cursor?: string }
+  | { ok: false; error: string };
+
+/**
+ * One line of `journalctl -o json` output. Lines that cannot hold a pull (no keyword, MESSAGE not
+ * a byte array) skip JSON parsing and validation: only their cursor is taken.
+ */
+export function parseJournalLine(line: string, fallbackAt: number): JournalLineResult {
+  if (!line.includes('"MESSAGE":[') && !PREFILTER.test(line)) {
+    const m = CURSOR_RE.exec(line);
+    if (m) return { ok: true, parsed: null, cursor: JSON.parse(`"${m[1]}"`) as string };
+    // no cursor found cheaply: fall through to a full parse (and its error if it is not JSON)
+  }
+  let entry: unknown;
+  try {
+    entry = JSON.parse(line);
+  } catch (err) {
+    return { ok: false, error: (err as Error).message };
+  }
+  const cursor = entry && typeof entry === 'object' && typeof (entry as { __CURSOR?: unknown }).__CURSOR === 'string'
+    ? (entry as { __CURSOR: string }).__CURSOR : undefined;
+  return { ok: true, parsed: parseJournalEntry(entry, fallbackAt), cursor };
 }
