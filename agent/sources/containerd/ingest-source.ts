@@ -182,8 +182,9 @@ export class ContainerdIngestSource implements Source {
     try {
       entries = readdirSync(this.ingestDir, { withFileTypes: true });
     } catch (err) {
-      if (errCode(err) === 'ENOENT' && statSync(this.contentDir, { throwIfNoEntry: false })?.isDirectory()) {
-        // containerd creates ingest/ with the first download: a content store without it has no ingests.
+      if (errCode(err) === 'ENOENT' && statSync(this.opts.root, { throwIfNoEntry: false })?.isDirectory()) {
+        // containerd creates the content store dirs (and ingest/) with the first download: a root
+        // without them has no ingests.
         entries = [];
       } else {
         // No evidence at all (no containerd root yet, or unreadable): emit nothing rather than
