@@ -47,6 +47,8 @@ export interface BundleOptions {
   /** Replace the item table (tests, benchmarks). */
   items?: ItemSpec[];
   gzipLevel?: number;
+  /** PATH searched for this image's own tools (default: process PATH). */
+  toolPath?: string;
   /** Called after each item (progress). */
   onItem?: (item: ManifestItem, bytesSoFar: number) => void;
   version?: string;
@@ -764,7 +766,7 @@ export async function writeBundle(opts: BundleOptions, out: Writable, logger: Lo
   const mode = await detectExecMode(opts.hostRoot, opts.exec);
   const ctx: Ctx = {
     o: opts, logger, pack, mode, items: [], counts: {}, seen: new Set(), bytes: 0, startedAt: Date.now(),
-    env: { PATH: process.env.PATH ?? HOST_PATH_DIRS.join(':'), LANG: 'C', LC_ALL: 'C', SYSTEMD_PAGER: '', SYSTEMD_COLORS: '0', TERM: 'dumb' },
+    env: { PATH: opts.toolPath ?? process.env.PATH ?? HOST_PATH_DIRS.join(':'), LANG: 'C', LC_ALL: 'C', SYSTEMD_PAGER: '', SYSTEMD_COLORS: '0', TERM: 'dumb' },
   };
   let failed: unknown;
   piped.catch((e: unknown) => { failed = e; });

@@ -153,10 +153,11 @@ export const REDACTION_RULES: readonly RedactionRuleName[] = [...RULES.map((r) =
 const PEM_BEGIN = /-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----/;
 const PEM_END = /-----END [A-Z0-9 ]*PRIVATE KEY-----/;
 
-/** A mask of exactly `len` chars: "<redacted:rule>" padded with '*' when it fits, else '*'s. */
+/** A mask of exactly `len` chars: "<redacted:rule>" padded with '*' when it fits, else "<redacted>***", else '*'s. */
 export function mask(rule: RedactionRuleName, len: number): string {
   const label = `<redacted:${rule}>`;
   if (len >= label.length) return label + '*'.repeat(len - label.length);
+  if (len >= 10) return '<redacted>' + '*'.repeat(len - 10);
   return '*'.repeat(len);
 }
 
