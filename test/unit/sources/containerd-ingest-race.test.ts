@@ -44,19 +44,22 @@ describe('ContainerdIngestSource while dirs vanish between readdir and read', ()
     const t = testCtx();
     const source = new ContainerdIngestSource({ root: store.root, pollMs: 1000 });
     await source.start(t.ctx);
-    const until = Date.now() + 1500;
+    // Poll until enough races have been seen (bounded: the machine may be loaded).
+    const deadline = Date.now() + 30_000;
     let polls = 0;
-    while (Date.now() < until) {
+    const closedSoFar = () => t.ingests().reduce((n, o) => n + o.closed.length, 0);
+    const presentSoFar = () => t.ingests().reduce((n, o) => n + o.present.length, 0);
+    while (Date.now() < deadline && (polls < 100 || closedSoFar() <= 20 || presentSoFar() <= 100)) {
       source.pollOnce();
       polls++;
       await new Promise((r) => setImmediate(r));
     }
     await source.stop();
     expect(racerErr).toBe('');
-    expect(polls).toBeGreaterThan(50);
+    expect(polls).toBeGreaterThanOrEqual(100);
     const all = t.ingests();
     const statuses = all.flatMap((o) => o.present);
-    expect(statuses.length).toBeGreaterThan(50);
+    expect(statuses.length).toBeGreaterThan(100);
     for (const s of statuses) {
       assertSane(s);
       expect(s.offset).toBeGreaterThanOrEqual(0);
@@ -64,7 +67,7 @@ describe('ContainerdIngestSource while dirs vanish between readdir and read', ()
       if (s.total !== undefined) expect(s.total).toBe(100);
       expect(s.ref).toMatch(/^k8s\.io\/\d+\/layer-sha256:[a-f0-9]{64}$/);
     }
-    expect(all.flatMap((o) => o.closed).length).toBeGreaterThan(10);
+    expect(all.flatMap((o) => o.closed).length).toBeGreaterThan(20);
     expect(t.health.snapshot()).toEqual([]);
   });
 });
