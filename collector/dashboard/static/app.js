@@ -209,7 +209,10 @@ function renderPulls(pulls) {
   const sorted = [...pulls].sort((a, b) => (STATE_ORDER[a.state] ?? 9) - (STATE_ORDER[b.state] ?? 9) || (num(b.idleSeconds) ?? 0) - (num(a.idleSeconds) ?? 0));
   const rows = sorted.map((p) => {
     const tone = p.state === 'stalled' ? 'stalled' : p.state === 'slow' ? 'slow' : '';
-    const idle = num(p.idleSeconds) ?? 0;
+    // Seconds since the last byte, as of now (the record's idleSeconds is as of its last update).
+    const lastByte = time(p.lastProgressAt);
+    const idle = (p.state === 'stalled' || p.state === 'slow') && lastByte !== undefined
+      ? Math.max(num(p.idleSeconds) ?? 0, (Date.now() - lastByte) / 1000) : num(p.idleSeconds) ?? 0;
     const layers = arr(p.layers).filter((l) => l && typeof l === 'object');
     const shown = layers.slice(0, MAX_LAYERS_SHOWN);
     const layerBars = shown.length ? el('div', { class: 'layers' }, shown.map((l) => {
