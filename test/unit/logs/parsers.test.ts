@@ -108,6 +108,54 @@ describe('containerd parser on recorded lines', () => {
   });
 });
 
+describe('containerd lines captured from the real 1.6.20 and 1.7.24 binaries', () => {
+  const ev = (type: string, image: string, extra: object = {}) => ({ type, component: 'containerd', image, ...extra });
+  it('1.6.20: start, returns (success), start, failed', () => {
+    const img = '127.0.0.1:45897/pullwatch/test-a9393516:v1';
+    const missing = '127.0.0.1:45897/pullwatch/missing:nope';
+    expect(parseAll('containerd-1.6-captured.txt')).toEqual([
+      { at: iso('2026-11-21T10:10:09.447Z'), component: 'containerd', event: ev('pull-started', img) },
+      { at: iso('2026-11-21T10:10:09.716Z'), component: 'containerd', event: ev('pull-succeeded', img, { imageId: 'sha256:044373f8125c3bc39dfb7ef7e5a62e9387dfcba7af4bb1135c0fe6c64c9d4404' }) },
+      { at: iso('2026-11-21T10:10:09.776Z'), component: 'containerd', event: ev('pull-started', missing) },
+      {
+        at: iso('2026-11-21T10:10:09.789Z'), component: 'containerd',
+        event: ev('pull-failed', missing, { error: `rpc error: code = NotFound desc = failed to pull and unpack image "${missing}": failed to resolve reference "${missing}": ${missing}: not found` }),
+      },
+    ]);
+  });
+
+  it('1.7.24: stop/Pulled/returns on success, failed + stop, and the progress-timeout cancel', () => {
+    const img = '127.0.0.1:36333/pullwatch/test-3198bffb:v1';
+    const missing = '127.0.0.1:36333/pullwatch/missing:nope';
+    const held = '127.0.0.1:44561/pullwatch/test-32c39d55:v1';
+    const id = 'sha256:2031fda1bd244da099f07b1faa43eea706ab1b190858fc613b04318777187fb5';
+    expect(parseAll('containerd-1.7-captured.txt').map((p) => p && { ...p, at: new Date(p.at).toISOString() })).toEqual([
+      { at: '2026-11-21T10:10:11.071Z', component: 'containerd', event: ev('pull-started', img) },
+      { at: '2026-11-21T10:10:11.373Z', component: 'containerd', event: ev('pull-stopped', img, { activeRequests: 0, bytesRead: 1115902 }) },
+      {
+        at: '2026-11-21T10:10:11.377Z', component: 'containerd',
+        event: ev('pull-succeeded', img, {
+          imageId: id, repoDigest: '127.0.0.1:36333/pullwatch/test-3198bffb@sha256:88281743f4c0f3d295b1aac88d22fb00b155d524cfd12f68937c4834122f17e0',
+          sizeBytes: 1115902, durationMs: 305.547204,
+        }),
+      },
+      { at: '2026-11-21T10:10:11.377Z', component: 'containerd', event: ev('pull-succeeded', img, { imageId: id }) },
+      { at: '2026-11-21T10:10:11.456Z', component: 'containerd', event: ev('pull-started', missing) },
+      {
+        at: '2026-11-21T10:10:11.469Z', component: 'containerd',
+        event: ev('pull-failed', missing, { error: `rpc error: code = NotFound desc = failed to pull and unpack image "${missing}": failed to resolve reference "${missing}": ${missing}: not found` }),
+      },
+      { at: '2026-11-21T10:10:11.469Z', component: 'containerd', event: ev('pull-stopped', missing, { activeRequests: 0, bytesRead: 0 }) },
+      { at: '2026-11-21T10:10:12.521Z', component: 'containerd', event: ev('pull-started', held) },
+      { at: '2026-11-21T10:10:18.524Z', component: 'containerd', event: ev('pull-cancelled', held, { deadlineMs: 4000 }) },
+      {
+        at: '2026-11-21T10:10:18.528Z', component: 'containerd',
+        event: ev('pull-failed', held, { error: `rpc error: code = Canceled desc = failed to pull and unpack image "${held}": context canceled` }),
+      },
+    ]);
+  });
+});
+
 describe('kubelet parser on recorded lines', () => {
   it('structured "Event occurred", cri-client and kuberuntime lines (1.22-1.32)', () => {
     expect(parseAll('kubelet-1.30.txt', { year: 2026 })).toEqual([

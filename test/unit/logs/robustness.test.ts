@@ -8,7 +8,7 @@ import { parseJournalEntry, parseJournalLine, parseLogLine, type ParsedLogLine }
 import { fixtureLines } from './fixtures.js';
 
 const NOW = Date.UTC(2026, 10, 21, 10, 0, 0);
-const ALL_FIXTURES = ['containerd-1.6.txt', 'containerd-1.7.txt', 'kubelet-1.24.txt', 'kubelet-1.30.txt', 'crio-1.30.txt', 'cri-dockerd.txt'];
+const ALL_FIXTURES = ['containerd-1.6.txt', 'containerd-1.7.txt', 'containerd-1.6-captured.txt', 'containerd-1.7-captured.txt', 'kubelet-1.24.txt', 'kubelet-1.30.txt', 'crio-1.30.txt', 'cri-dockerd.txt'];
 const REAL_LINES = ALL_FIXTURES.flatMap((f) => fixtureLines(f));
 
 describe('parsers never throw and ignore junk', () => {
