@@ -32,7 +32,9 @@ interface ApplyCliOpts extends CommonOpts {
 }
 
 function common(cmd: Command): Command {
+  // Usage errors surface as CommanderError to cli/main (exit code 2-ish) instead of process.exit here.
   return cmd
+    .exitOverride()
     .addOption(envOption('--host-root <path>', 'the node\'s root filesystem (e.g. /host in the DaemonSet)', '/'))
     .addOption(envOption('--agent-url <url>', 'local agent, for pull history and in-flight pulls', 'http://127.0.0.1:9090'))
     .addOption(envOption('--history <file>', 'pull history JSON ({ pulls: PullRecord[] }) instead of asking the agent'))
@@ -68,7 +70,7 @@ function fail(e: unknown): void {
 }
 
 export function registerTune(program: Command): void {
-  const tune = program.command('tune').description('current and recommended pull deadlines for this node\'s kubelet and runtime; `apply` writes them');
+  const tune = program.command('tune').description('current and recommended pull deadlines for this node\'s kubelet and runtime; `apply` writes them').exitOverride();
 
   common(tune.command('plan', { isDefault: true }).description('show where each pull deadline is set, its risk, and the recommendation (read-only)'))
     .action(async (o: CommonOpts) => {
