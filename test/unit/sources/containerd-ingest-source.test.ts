@@ -271,3 +271,26 @@ describe('ContainerdIngestSource on bad input', () => {
     expect(t.health.snapshot()).toEqual([]);
   });
 });
+
+describe('ContainerdIngestSource with an unreachable containerd socket', () => {
+  it('reports it once and keeps reporting ingests from the filesystem', async () => {
+    const tmp = tempDir('pw-nosock-');
+    const store = new ContentStore(join(tmp.path, 'root')).init();
+    const t = testCtx();
+    const source = new ContainerdIngestSource({ root: store.root, pollMs: 60_000, socket: join(tmp.path, 'missing.sock'), grpcDeadlineMs: 500 });
+    cleanups.push(tmp.cleanup, () => source.stop());
+    const layer = fakeDigest('l');
+    const m = store.addBlob(ociManifest(fakeDigest('c'), [layer]));
+    store.addIngest({ ref: `k8s.io/1/layer-${layer}`, total: 10, bytes: 4 });
+    await source.start(t.ctx);
+    for (let i = 0; i < 3; i++) {
+      await source.settle();
+      source.pollOnce();
+    }
+    await source.settle();
+    expect(t.lastIngests().present).toEqual([expect.objectContaining({ digest: layer, offset: 4, total: 10, manifestDigest: m })]);
+    expect(t.lastIngests().present[0]?.registry).toBeUndefined();
+    expect(t.health.snapshot()).toEqual([expect.objectContaining({ cause: 'containerd-socket-unreachable', count: 1 })]);
+    expect(t.observations.filter((o) => o.kind === 'runtime')).toEqual([]);
+  });
+});
