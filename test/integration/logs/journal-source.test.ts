@@ -1,9 +1,9 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { JournalLogSource } from '../../../agent/sources/logs/index.js';
+import { createLogSources, JournalLogSource } from '../../../agent/sources/logs/index.js';
 import { sleep, testContext, waitFor } from './helpers.js';
 
 const JOURNAL_REMOTE = '/lib/systemd/systemd-journal-remote';
@@ -115,6 +115,21 @@ describe('JournalLogSource on real journal files (systemd-journal-remote → jou
     const lastPid = src.pid as number;
     await src.stop();
     expect(() => process.kill(lastPid, 0)).toThrow(); // the child is gone
+  });
+
+  it('plain `journal` with a host root reads <root>/var/log/journal/<machine-id> through journalctl --root', async () => {
+    const root = join(dir, 'hostroot');
+    const jdir = join(root, 'var', 'log', 'journal', BOOT_ID);
+    mkdirSync(join(root, 'etc'), { recursive: true });
+    mkdirSync(jdir, { recursive: true });
+    writeFileSync(join(root, 'etc', 'machine-id'), `${BOOT_ID}\n`);
+    writeJournal(jdir, [{ unit: 'containerd.service', ident: 'containerd', at: T0, message: CONTAINERD_PULL }], 1);
+    const [src] = createLogSources(['journal'], { hostRoot: root }) as JournalLogSource[];
+    sources.push(src as JournalLogSource);
+    const ctx = testContext();
+    await src!.start(ctx);
+    await waitFor('entry read through --root', () => ctx.observations.length === 1);
+    expect(ctx.observations[0]).toEqual({ kind: 'log', at: T0, source: 'journal', event: { type: 'pull-started', component: 'containerd', image: 'nginx:1.27' } });
   });
 
   it('no journal directory: reported, retried with backoff, never fatal', async () => {
