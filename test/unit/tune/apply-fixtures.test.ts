@@ -14,6 +14,7 @@ import { applyPlan, containerdConfigDump, type ApplyOptions } from '../../../age
 import { defaultExec } from '../../../agent/tune/detect.js';
 import { HostFs } from '../../../agent/tune/hostfs.js';
 import { timeoutFromDump } from '../../../agent/tune/containerd.js';
+import { getPath } from '../../../agent/tune/toml-edit.js';
 import { TuneError, type HistoryPull } from '../../../agent/tune/types.js';
 import { layoutCopy, pulls, FIXTURES } from './helpers.js';
 
@@ -61,8 +62,7 @@ describe('apply on recorded layouts', () => {
     const after = await rd(root, 'etc/containerd/config.toml');
     for (const l of lines(before)) expect(after).toContain(l);
     expect(lines(after).length).toBe(lines(before).length + 1);
-    const cfg = parseToml(after) as any;
-    expect(cfg.plugins['io.containerd.grpc.v1.cri'].image_pull_progress_timeout).toBe('6m0s');
+    expect(getPath(parseToml(after), ['plugins', 'io.containerd.grpc.v1.cri', 'image_pull_progress_timeout'])).toBe('6m0s');
     // the real containerd sees the new value and keeps the rest of the CRI section
     const dump = await containerdConfigDump(new HostFs(root), defaultExec, '/usr/bin/containerd', '/etc/containerd/config.toml');
     expect(timeoutFromDump(dump)).toBe('6m0s');
@@ -87,9 +87,9 @@ describe('apply on recorded layouts', () => {
       '/etc/containerd/config.toml', '/etc/containerd/pullwatch-tune.toml', '/etc/kubernetes/kubelet/config.json.d/99-pullwatch-tune.conf']);
     const main = await rd(root, 'etc/containerd/config.toml');
     expect(main).toBe(before.replace("version = 3\n", "version = 3\nimports = [\"/etc/containerd/pullwatch-tune.toml\"]\n"));
-    const drop = parseToml(await rd(root, 'etc/containerd/pullwatch-tune.toml')) as any;
+    const drop = parseToml(await rd(root, 'etc/containerd/pullwatch-tune.toml'));
     expect(drop.version).toBe(3);
-    expect(drop.plugins['io.containerd.cri.v1.images'].image_pull_progress_timeout).toBe('6m0s');
+    expect(getPath(drop, ['plugins', 'io.containerd.cri.v1.images', 'image_pull_progress_timeout'])).toBe('6m0s');
     const kdrop = JSON.parse(await rd(root, 'etc/kubernetes/kubelet/config.json.d/99-pullwatch-tune.conf'));
     expect(kdrop).toEqual({ apiVersion: 'kubelet.config.k8s.io/v1beta1', kind: 'KubeletConfiguration', maxParallelImagePulls: 3 });
     const { plan } = await computePlanWithLayout({ hostRoot: root, history: SIX_MIN, now: new Date() });
@@ -104,8 +104,7 @@ describe('apply on recorded layouts', () => {
     const kBefore = await rd(root, 'var/lib/kubelet/config.yaml');
     const res = await apply(root);
     expect(res.written).toBe(true);
-    const drop = parseToml(await rd(root, 'etc/crio/crio.conf.d/99-pullwatch-tune.conf')) as any;
-    expect(drop.crio.image.pull_progress_timeout).toBe('6m0s');
+    expect(getPath(parseToml(await rd(root, 'etc/crio/crio.conf.d/99-pullwatch-tune.conf')), ['crio', 'image', 'pull_progress_timeout'])).toBe('6m0s');
     expect(await rd(root, 'etc/crio/crio.conf.d/10-crio.conf')).toBe(await readFile(path.join(FIXTURES, 'kubeadm-crio/etc/crio/crio.conf.d/10-crio.conf'), 'utf8'));
     const k = await rd(root, 'var/lib/kubelet/config.yaml');
     expect(k.startsWith(kBefore)).toBe(true);

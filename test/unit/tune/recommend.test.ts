@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { recommendDeadline, percentile, evidenceByRegistry, checkOverride, K, MIN_COMPLETED } from '../../../agent/tune/recommend.js';
-import { TuneError } from '../../../agent/tune/types.js';
+import { TuneError, type HistoryPull } from '../../../agent/tune/types.js';
+import type { PullRecord } from '../../../agent/model/pulls.js';
 import { pulls } from './helpers.js';
 
 describe('percentile', () => {
@@ -69,6 +70,14 @@ describe('recommendDeadline', () => {
     expect(checkOverride(0, 'cri-o', 'crio-default-0s').join(' ')).toContain('disables');
     const short = recommendDeadline({ ...base, history: pulls('a', 30, [90_000]), overrideMs: 60_000 });
     expect(short.notes.join(' ')).toContain('shorter than the p99 idle gap');
+  });
+});
+
+describe('types', () => {
+  it('the agent\'s PullRecord[] is accepted as history', () => {
+    const records: PullRecord[] = [];
+    const h: HistoryPull[] = records;
+    expect(recommendDeadline({ runtime: 'containerd', family: '2.0', history: h }).basis).toBe('default');
   });
 });
 

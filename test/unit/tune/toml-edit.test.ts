@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { parse } from 'smol-toml';
-import { scanToml, setTomlValue, addTomlImport, verifyTomlEdit, findKv, TomlEditError } from '../../../agent/tune/toml-edit.js';
+import { scanToml, setTomlValue, addTomlImport, verifyTomlEdit, findKv, getPath, TomlEditError } from '../../../agent/tune/toml-edit.js';
 
 const V2 = `# my containerd config
 version = 2
@@ -44,7 +44,7 @@ describe('setTomlValue', () => {
     const src = 'version = 2\n\n[plugins."io.containerd.grpc.v1.cri".containerd]\nsnapshotter = "overlayfs"\n';
     const out = setTomlValue(src, T, 'image_pull_progress_timeout', '"6m0s"');
     expect(out.startsWith(src)).toBe(true);
-    expect((parse(out) as any).plugins['io.containerd.grpc.v1.cri'].image_pull_progress_timeout).toBe('6m0s');
+    expect(getPath(parse(out), [...T, 'image_pull_progress_timeout'])).toBe('6m0s');
     verifyTomlEdit(src, out, [{ path: [...T, 'image_pull_progress_timeout'], value: '6m0s' }]);
   });
   it('refuses edits that change more than the key (inline table defines the plugin)', () => {
