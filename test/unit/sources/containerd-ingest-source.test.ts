@@ -1,6 +1,7 @@
-import { cpSync, mkdirSync, readdirSync, rmSync, writeFileSync, appendFileSync } from 'node:fs';
+import { appendFileSync, cpSync, mkdirSync, readdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { distributionSources } from '../../../agent/sources/containerd/ingest-files.js';
 import { ContainerdIngestSource } from '../../../agent/sources/containerd/ingest-source.js';
 import { assertSane, tempDir, testCtx } from './helpers.js';
 import { ContentStore, fakeDigest, ociManifest, sha256 } from './layout.js';
@@ -292,5 +293,33 @@ describe('ContainerdIngestSource with an unreachable containerd socket', () => {
     expect(t.lastIngests().present[0]?.registry).toBeUndefined();
     expect(t.health.snapshot()).toEqual([expect.objectContaining({ cause: 'containerd-socket-unreachable', count: 1 })]);
     expect(t.observations.filter((o) => o.kind === 'runtime')).toEqual([]);
+  });
+});
+
+describe.each(['1.6.20', '1.7.24'])('ContainerdIngestSource on the recorded containerd %s CRI pull', (version) => {
+  it('reports the held layer at its on-disk offset, attributed to the recorded manifest', async () => {
+    const fixture = join(import.meta.dirname, `../../fixtures/sources/containerd-${version}-cri`);
+    const { store, t, source } = setup({ init: false });
+    cpSync(join(fixture, 'io.containerd.content.v1.content'), store.content, { recursive: true });
+    const [dirName, size] = readFileSync(join(fixture, 'data-size.txt'), 'utf8').trim().split(' ') as [string, string];
+    writeFileSync(join(store.ingest, dirName, 'data'), '');
+    truncateSync(join(store.ingest, dirName, 'data'), Number(size));
+    const manifestDigest = readFileSync(join(fixture, 'manifest-digest.txt'), 'utf8').trim();
+    const ref = readFileSync(join(store.ingest, dirName, 'ref'), 'utf8');
+    await source.start(t.ctx);
+    await source.settle();
+    source.pollOnce();
+    const [s, ...rest] = t.lastIngests().present;
+    expect(rest).toEqual([]);
+    expect(s).toMatchObject({
+      key: dirName, ref, namespace: 'k8s.io', blobKind: 'layer', digest: ref.slice('k8s.io/1/layer-'.length),
+      offset: 1048576, total: Number(readFileSync(join(store.ingest, dirName, 'total'), 'utf8')), manifestDigest,
+    });
+    assertSane(s!);
+    expect(t.health.snapshot()).toEqual([]);
+    // The label containerd put on the manifest (ctr content ls), as the gRPC Info call returns it.
+    const lsLine = readFileSync(join(fixture, 'ctr-content-ls.txt'), 'utf8').split('\n').find((l) => l.startsWith(manifestDigest));
+    const labels = Object.fromEntries((lsLine?.split('\t').at(-1) ?? '').split(',').map((kv) => kv.split('=') as [string, string]));
+    expect(distributionSources(labels)).toEqual([{ registry: '127.0.0.1', repositories: ['pullwatch/fixture'] }]);
   });
 });
