@@ -184,6 +184,24 @@ describe('kubelet parser on recorded lines', () => {
       },
       null, // already present on machine: not a pull
       null, // truncated line
+      {
+        at: local(2026, 5, 7, 11, 59, 34, 856), component: 'kubelet',
+        event: { type: 'pull-backoff', component: 'kubelet', image: 'us.gcr.io/hosted-grafana/hosted-grafana-security:0.1.181', pod: 'integration/grafana-render-service-cbff479fc-cj9tp' },
+      },
+      {
+        at: local(2026, 7, 23, 22, 57, 43, 256), component: 'kubelet',
+        event: {
+          type: 'pull-backoff', component: 'kubelet', image: 'redis:alpine', pod: 'default/redis',
+          error: 'ErrImagePull: failed to pull and unpack image "docker.io/library/redis:alpine": failed to resolve image: failed to do request: Head "https://registry-1.docker.io/v2/library/redis/manifests/alpine": dial tcp 162.220.12.226:443: connect: connection refused',
+        },
+      },
+      {
+        at: local(2026, 6, 11, 3, 9, 40, 941), component: 'kubelet',
+        event: {
+          type: 'pull-backoff', component: 'kubelet', image: 'traefik/traefik:v3.6.2', pod: 'ingress/traefik-dvrzh',
+          error: 'ErrImagePull: rpc error: code = NotFound desc = get image config descriptor: unexpected media type text/html for sha256:e26ea61296157f0af82987ff30cb788f3981709079fae00de5198ef17f3d20bd: not found',
+        },
+      },
     ]);
   });
 

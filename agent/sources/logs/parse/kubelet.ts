@@ -15,10 +15,12 @@
  * <message>` (V4), or as plain klog text `<ns>/<pod>/<image> <message>` when there is no object ref.
  * cri-client: "PullImage from image service failed" err="…" image="…" (remote_image.go; log.go in 1.31+).
  * kuberuntime_image.go: "Failed to pull image" err="…" image="…".
+ * pod_workers.go (default verbosity): "Error syncing pod, skipping" err="failed to \"StartContainer\" for
+ *   \"c\" with ImagePullBackOff: \"Back-off pulling image \\\"img\\\"[: <previous error>]\"" pod="ns/name".
  * dockershim (≤1.23): Cancel pulling image %q because of no progress for %v, latest progress: %q
  */
 import { parseDuration } from '../../../../common/duration.js';
-import { GO_QUOTED, unquoteGo } from './gostring.js';
+import { GO_QUOTED, readGoQuoted, unquoteGo } from './gostring.js';
 import { parseKlogBody, parseKlogHeader } from './klog.js';
 import type { MessageMatch, ParseContext, ParsedLogLine, PullLogEvent } from './types.js';
 
@@ -156,6 +158,14 @@ export function matchKubeletBody(body: string): MessageMatch {
       const ev: PullLogEvent = { type: 'pull-failed', component: C, image };
       if (b.kv.err !== undefined) ev.error = b.kv.err;
       return ev;
+    }
+    case 'Error syncing pod, skipping': {
+      // pod_workers.go at default verbosity: err="failed to \"StartContainer\" for \"c\" with ImagePullBackOff: \"Back-off pulling image …\""
+      const err = b.kv.err;
+      const at = err ? err.indexOf(' with ImagePullBackOff: "') : -1;
+      if (!err || at < 0) return null;
+      const q = readGoQuoted(err, at + ' with ImagePullBackOff: '.length);
+      return q ? matchKubeletMessage(q.value, b.kv.pod ?? '') : null;
     }
     default:
       return null;
