@@ -99,6 +99,20 @@ describe('apply on recorded layouts', () => {
     expect((await apply(root, { runtimeValidate: false })).changes).toEqual([]);
   });
 
+  it('containerd 2.x with an imports glob: the drop-in goes into that directory, main file untouched', async () => {
+    const root = await layout('eks-al2023', {}, async (r) => {
+      const p = path.join(r, 'etc/containerd/config.toml');
+      await writeFile(p, (await readFile(p, 'utf8')).replace('version = 3\n', 'version = 3\nimports = ["conf.d/*.toml"]\n'));
+      await mkdir(path.join(r, 'etc/containerd/conf.d'), { recursive: true });
+      await writeFile(path.join(r, 'etc/containerd/conf.d/10-debug.toml'), "version = 3\n[debug]\nlevel = 'info'\n");
+    });
+    const before = await rd(root, 'etc/containerd/config.toml');
+    const res = await apply(root, { runtimeValidate: false, only: 'runtime' });
+    expect(res.changes.map((c) => c.path)).toEqual(['/etc/containerd/conf.d/99-pullwatch-tune.toml']);
+    expect(await rd(root, 'etc/containerd/config.toml')).toBe(before);
+    expect((await apply(root, { runtimeValidate: false, only: 'runtime' })).changes).toEqual([]);
+  });
+
   it('kubeadm + CRI-O: crio.conf.d drop-in, minimal YAML edit of /var/lib/kubelet/config.yaml', async () => {
     const root = await layout('kubeadm-crio');
     const kBefore = await rd(root, 'var/lib/kubelet/config.yaml');

@@ -131,6 +131,19 @@ describe('plan on recorded layouts', () => {
     expect(plan.warnings.join(' ')).toContain('replaces it');
   });
 
+  it('Docker via cri-dockerd: its own --image-pull-progress-deadline, read from the cri-docker unit', async () => {
+    const { plan } = await planFor('kubeadm-containerd17', {}, async (r) => {
+      await writeFile(path.join(r, 'var/lib/kubelet/kubeadm-flags.env'), 'KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=unix:///var/run/cri-dockerd.sock --pod-infra-container-image=registry.k8s.io/pause:3.9"\n');
+      await mkdir(path.join(r, 'lib/systemd/system'), { recursive: true });
+      await writeFile(path.join(r, 'lib/systemd/system/cri-docker.service'), '[Unit]\nDescription=CRI Interface for Docker Application Container Engine\n\n[Service]\nType=notify\nExecStart=/usr/bin/cri-dockerd --container-runtime-endpoint fd:// --image-pull-progress-deadline=30s\n');
+      await writeFile(path.join(r, 'usr/bin/cri-dockerd'), '#!/bin/sh\necho "cri-dockerd 0.3.15 (c1c566e)"\n', { mode: 0o755 });
+    });
+    expect(plan.runtime).toMatchObject({ name: 'docker', version: '0.3.15', family: 'cri-dockerd' });
+    const rt = setting(plan, 'runtime.pullProgressTimeout');
+    expect(rt).toMatchObject({ component: 'cri-dockerd', effective: { value: 30_000 }, source: { kind: 'flag', path: '/lib/systemd/system/cri-docker.service', line: 6 }, risk: { level: 'warn' } });
+    expect(rt.recommendation).toMatchObject({ apply: false, manual: true });
+  });
+
   it('bad input: unknown version, garbage version, malformed/duplicate TOML, bad YAML/JSON, missing import, symlinks', async () => {
     const unknown = await planFor('eks-al2', {}, (r) => fakeContainerd(r, 'containerd github.com/containerd/containerd/v3 3.0.0 abc'));
     expect(setting(unknown.plan, 'runtime.pullProgressTimeout')).toMatchObject({ supported: false, risk: { level: 'unknown' }, recommendation: { apply: false } });
