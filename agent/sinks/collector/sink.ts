@@ -205,6 +205,8 @@ export function createCollectorSink(opts: CollectorSinkOptions): CollectorSink {
   }
 
   // ------------------------------------------------------------- sender
+  const rejectLog = { windowStart: 0, logged: 0, suppressed: 0 };
+
   async function senderLoop(): Promise<void> {
     let attempt = 0;
     let limit = maxBatch;
@@ -251,8 +253,18 @@ export function createCollectorSink(opts: CollectorSinkOptions): CollectorSink {
         queue.ack(last.pos);
         counters.droppedRejected++;
         lastError = result.reason;
-        logger.error({ status: result.status, reason: result.reason, eventId: events[0]?.id, kind: events[0]?.kind, image: events[0]?.pull.image },
-          'collector rejected an event; dropped it');
+        // At most 10 of these lines a minute (a collector refusing everything must not flood the log).
+        const nowMs = Date.now();
+        if (nowMs - rejectLog.windowStart > 60_000) {
+          if (rejectLog.suppressed) logger.error({ suppressed: rejectLog.suppressed }, 'more events were rejected by the collector and dropped');
+          rejectLog.windowStart = nowMs; rejectLog.logged = 0; rejectLog.suppressed = 0;
+        }
+        if (rejectLog.logged++ < 10) {
+          logger.error({ status: result.status, reason: result.reason, eventId: events[0]?.id, kind: events[0]?.kind, image: events[0]?.pull.image },
+            'collector rejected an event; dropped it');
+        } else {
+          rejectLog.suppressed++;
+        }
         limit = maxBatch;
         continue;
       }

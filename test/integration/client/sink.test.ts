@@ -62,6 +62,7 @@ describe('collector client (real HTTP on 127.0.0.1)', () => {
     for (let i = 25; i < 30; i++) s.handle(makeTransition(i));
     await waitFor(() => col.rec.events.length === 30, '5 more events with the new token');
     expect(col.rec.authHeaders.at(-1)).toBe('Bearer second-token');
+    await waitFor(() => s.stats().queueDepth === 0, 'acked'); // the response may still be on its way
     expect(s.stats()).toMatchObject({ eventsSent: 30, queueDepth: 0, eventsDropped: 0 });
   });
 
@@ -90,6 +91,7 @@ describe('collector client (real HTTP on 127.0.0.1)', () => {
     expect(refusals).toBe(2);
     expect(col.rec.events.map((e) => imageNo(e.pull.image))).toEqual(Array.from({ length: 320 }, (_, i) => i));
     expect(new Set(col.rec.events.map((e) => e.id)).size).toBe(320);
+    await waitFor(() => s.stats().queueDepth === 0, 'acked');
     expect(s.stats()).toMatchObject({ queueDepth: 0, eventsDropped: 0, eventsSent: 320 });
   });
 
@@ -131,7 +133,7 @@ describe('collector client (real HTTP on 127.0.0.1)', () => {
     await waitFor(() => col.rec.events.length === 1000, 'all 1000 queued events after restart');
     expect(col.rec.events.map((e) => imageNo(e.pull.image))).toEqual(Array.from({ length: 1000 }, (_, i) => i));
     expect(col.rec.duplicates).toBe(0);
-    expect(second.stats().queueDepth).toBe(0);
+    await waitFor(() => second.stats().queueDepth === 0, 'acked');
   });
 
   it('a torn tail record (crash mid-write) is skipped and counted; every whole event is delivered', async () => {
@@ -151,6 +153,7 @@ describe('collector client (real HTTP on 127.0.0.1)', () => {
     const second = sink({ url: col.url, queueDir: dir, heartbeatIntervalMs: 100 });
     second.start();
     await waitFor(() => col.rec.events.length === 50, '50 events');
+    await waitFor(() => second.stats().queueDepth === 0, 'acked');
     expect(second.stats()).toMatchObject({ tornRecords: 1, queueDepth: 0, eventsDropped: 0 });
     second.handle(makeTransition(50));
     await waitFor(() => col.rec.events.length === 51, 'new events after the torn tail');
