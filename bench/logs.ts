@@ -4,7 +4,7 @@
  * 1,000 lines/s. The writer is a separate process, so this process's CPU time is the follower's.
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -33,7 +33,9 @@ const NOISE = [
 ];
 
 function pullLines(): string[] {
-  const dir = fileURLToPath(new URL('../test/fixtures/logs/', import.meta.url));
+  // bench/ run by tsx, or dist/bench/ after tsc (which does not copy fixtures): fall back to the repo checkout
+  let dir = fileURLToPath(new URL('../test/fixtures/logs/', import.meta.url));
+  if (!existsSync(dir)) dir = join(process.cwd(), 'test', 'fixtures', 'logs');
   const out: string[] = [];
   for (const f of ['containerd-1.7.txt', 'kubelet-1.30.txt', 'crio-1.30.txt']) {
     for (const l of readFileSync(join(dir, f), 'utf8').split('\n')) if (l && !l.startsWith('#')) out.push(l);
