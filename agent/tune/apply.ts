@@ -460,7 +460,7 @@ export async function applyPlan(opts: ApplyOptions): Promise<ApplyResult> {
     const written: FileChange[] = [];
     try {
       for (const c of changes) {
-        const current = c.before === null ? null : await readFile(fs.toLocal(c.realPath), 'utf8');
+        const current = await readFile(fs.toLocal(c.realPath), 'utf8').catch((e: NodeJS.ErrnoException) => { if (e.code === 'ENOENT') return null; throw e; });
         if (current !== c.before) throw new TuneError(`${c.path} changed while planning; nothing was written`, 'concurrent');
         await atomicWrite(fs.toLocal(c.realPath), c.after);
         written.push(c);

@@ -64,6 +64,7 @@ export function buildPlan(layout: NodeLayout, opts: Pick<ComputeTunePlanOptions,
   settings.push(...kubeletSettings(layout));
   if (layout.kubelet.versionError) warnings.push(`kubelet version unknown: ${layout.kubelet.versionError}`);
   if (layout.containerd) warnings.push(...layout.containerd.warnings);
+  warnings.push(...persistenceWarnings(layout));
   return {
     schemaVersion: 1,
     generatedAt: opts.now.toISOString(),
@@ -287,6 +288,21 @@ function kubeletSettings(layout: NodeLayout): TuneSetting[] {
         : { level: 'info', text: `pulls beyond ${key === 'registryPullQPS' ? `${String(x.value)}/s` : `a burst of ${String(x.value)}`} fail at once with "pull QPS exceeded" (not a deadline; listed because it fails pulls fast)` },
       recommendation: { value: x.value, display: String(x.value ?? def), apply: false, manual: false, reason: 'keep; raise it only if pulls fail with "pull QPS exceeded" (kubelet event)' },
     });
+  }
+  return out;
+}
+
+/** Files that node tooling rewrites: an edit there is lost, or only this node gets it. */
+function persistenceWarnings(layout: NodeLayout): string[] {
+  const read = new Set(layout.fs.files.filter((f) => f.status === 'read').map((f) => f.path));
+  const out: string[] = [];
+  if (read.has('/etc/eks/kubelet/environment')) {
+    out.push('EKS AL2023 (nodeadm): nodeadm renders /etc/containerd/config.toml and the kubelet config.json at boot; carry the values in the NodeConfig (spec.containerd.config, spec.kubelet.config) so new and rebooted nodes keep them');
+  } else if (layout.kubeletView.configPath === '/etc/kubernetes/kubelet/kubelet-config.json') {
+    out.push('EKS AL2: bootstrap.sh writes these files when a node joins; edits here stay on this node only — put the values in the launch template (--kubelet-extra-args / containerd config) for new nodes');
+  }
+  if (layout.kubeletView.configPath === '/var/lib/kubelet/config.yaml') {
+    out.push('kubeadm: `kubeadm upgrade` rewrites /var/lib/kubelet/config.yaml from the kubelet-config ConfigMap; set kubelet values there too');
   }
   return out;
 }
