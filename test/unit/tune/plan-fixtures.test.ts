@@ -57,6 +57,7 @@ describe('plan on recorded layouts', () => {
     expect(setting(plan, 'kubelet.serializeImagePulls').source).toMatchObject({ path: '/etc/kubernetes/kubelet/config.json', line: 39 });
     expect(plan.files.map((f) => f.path)).toContain('/etc/kubernetes/kubelet/config.json.d/40-nodeadm.conf');
     expect(plan.files.map((f) => f.path)).toContain('/etc/eks/kubelet/environment');
+    expect(plan.warnings.join(' ')).toContain('nodeadm renders /etc/containerd/config.toml');
   });
 
   it('kubeadm + CRI-O 1.33 (0s default: disabled)', async () => {
@@ -70,6 +71,7 @@ describe('plan on recorded layouts', () => {
     const ser = setting(plan, 'kubelet.serializeImagePulls');
     expect(ser.effective.display).toBe('true (default)');
     expect(ser.recommendation).toMatchObject({ value: false, apply: true });
+    expect(plan.warnings.join(' ')).toContain('kubeadm upgrade');
   });
 
   it('kubeadm + containerd 1.6: no deadline exists', async () => {
