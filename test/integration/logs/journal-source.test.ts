@@ -1,9 +1,10 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createLogSources, JournalLogSource } from '../../../agent/sources/logs/index.js';
+import { FIXTURES } from '../../unit/logs/fixtures.js';
 import { sleep, testContext, waitFor } from './helpers.js';
 
 const JOURNAL_REMOTE = '/lib/systemd/systemd-journal-remote';
@@ -130,6 +131,28 @@ describe('JournalLogSource on real journal files (systemd-journal-remote → jou
     await src!.start(ctx);
     await waitFor('entry read through --root', () => ctx.observations.length === 1);
     expect(ctx.observations[0]).toEqual({ kind: 'log', at: T0, source: 'journal', event: { type: 'pull-started', component: 'containerd', image: 'nginx:1.27' } });
+  });
+
+  it('the recorded export sample (a containerd 1.7.0-1.7.9 default-timeout cancel) read back through a real journal', async () => {
+    // test/fixtures/logs/journal-export.txt is journal export format (BUILT: the 1m0s default of 1.7.0-1.7.9, the wording of the real lines in containerd-1.7-captured.txt)
+    const jdir = join(dir, 'export-sample');
+    mkdirSync(jdir);
+    const r = spawnSync(JOURNAL_REMOTE, [`--output=${join(jdir, 'system.journal')}`, '-'], {
+      input: readFileSync(`${FIXTURES}journal-export.txt`), timeout: 20_000, killSignal: 'SIGKILL',
+    });
+    expect(r.status, r.stderr?.toString()).toBe(0);
+    const ctx = testContext();
+    const src = new JournalLogSource({ directory: jdir, restartMinMs: 200 });
+    sources.push(src);
+    await src.start(ctx);
+    await waitFor('four pull lines', () => ctx.observations.length === 4);
+    const image = 'registry.example.com/team/web:2.1';
+    expect(ctx.observations.map((o) => [o.at, o.event])).toEqual([
+      [1795251600000, { type: 'pull-started', component: 'kubelet', image, pod: 'default/web-0' }],
+      [1795251600100, { type: 'pull-started', component: 'containerd', image }],
+      [1795251660200, { type: 'pull-cancelled', component: 'containerd', image, deadlineMs: 60_000 }],
+      [1795251660300, { type: 'pull-failed', component: 'containerd', image, error: `rpc error: code = Canceled desc = failed to pull and unpack image "${image}": context canceled` }],
+    ]);
   });
 
   it('no journal directory: reported, retried with backoff, never fatal', async () => {
