@@ -351,13 +351,15 @@ function renderStatus() {
 
 async function refresh() {
   try {
-    const [nodesB, pullsB, incidentsB, stallsB] = await Promise.all([
-      getJson('/v1/nodes'), getJson('/v1/pulls'), getJson('/v1/incidents'), getJson('/v1/stats/stalls?hours=24'),
+    const [nodesB, pullsB, openB, resolvedB, stallsB] = await Promise.all([
+      getJson('/v1/nodes'), getJson('/v1/pulls'),
+      getJson('/v1/incidents?state=open&limit=1000'), getJson(`/v1/incidents?state=resolved&limit=${RECENT_INCIDENTS}`),
+      getJson('/v1/stats/stalls?hours=24'),
     ]);
     const nodes = listOf(nodesB, 'nodes').filter((n) => n && typeof n === 'object');
     const pulls = listOf(pullsB, 'pulls').map(normPull).filter(Boolean)
       .filter((p) => !['completed', 'failed', 'cancelled-by-runtime'].includes(p.state));
-    const incidents = listOf(incidentsB, 'incidents').filter((i) => i && typeof i === 'object');
+    const incidents = [...listOf(openB, 'incidents'), ...listOf(resolvedB, 'incidents')].filter((i) => i && typeof i === 'object');
     const stalls = listOf(stallsB, 'buckets').length ? listOf(stallsB, 'buckets') : listOf(stallsB, 'stalls');
     renderSummary(nodes, pulls, incidents);
     renderIncidents(incidents);
