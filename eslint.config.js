@@ -7,10 +7,11 @@ export default tseslint.config(
   ...tseslint.configs.recommended,
   {
     rules: {
-      'no-console': ['error', { allow: [] }],
+      'no-console': 'error',
       '@typescript-eslint/no-explicit-any': 'error',
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
     },
   },
+  { files: ['bin/**'], languageOptions: { globals: { process: 'readonly', console: 'readonly' } } },
   { files: ['test/**', 'bench/**', 'cli/**', '**/cli.ts', 'bin/**'], rules: { 'no-console': 'off' } },
 );
