@@ -226,7 +226,7 @@ export class IncidentEngine {
       delete inc.resolvingSince;
       delete inc.resolution;
     }
-    inc.summary = summarize(inc);
+    if (meaningful) inc.summary = summarize(inc);
     this.touch(inc, nowMs);
     // a member going quiet is not an update: when all are quiet the resolve path speaks
     if (meaningful && !inc.resolvingSince && inc.members.some((x) => x.active)) this.maybeUpdate(inc, nowMs, true);

@@ -4,6 +4,7 @@
  * 429, network) or dead-letter it (other 4xx, unknown notifier, too many attempts). Rows survive
  * restarts: an unfinished lease simply expires and the row is sent by whoever leases it next.
  */
+import { setMaxListeners } from 'node:events';
 import type { Logger } from '../common/log.js';
 import type { CollectorMetrics } from './metrics.js';
 import type { Notifier } from './notifiers/notifier.js';
@@ -32,9 +33,10 @@ export function backoffMs(attempt: number, baseMs: number, maxMs: number, random
 
 export class OutboxWorker {
   private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> | null = null;
+  private pumping = false;
   private again = false;
   private stopped = false;
+  private readonly inflight = new Set<Promise<void>>();
   private readonly abort = new AbortController();
 
   constructor(
@@ -43,51 +45,61 @@ export class OutboxWorker {
     private readonly opts: OutboxOptions,
     private readonly metrics: CollectorMetrics,
     private readonly log: Logger,
-  ) {}
+  ) {
+    // every in-flight request listens on the shutdown signal
+    setMaxListeners(opts.batch * 2 + 16, this.abort.signal);
+  }
 
-  start(): void { this.schedule(0); }
+  start(): void { this.tickSoon(0); }
 
   /** New rows were written: look now instead of at the next poll. */
-  wake(): void {
-    if (this.stopped) return;
-    if (this.running) { this.again = true; return; }
-    this.schedule(0);
-  }
+  wake(): void { void this.pump(); }
 
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     this.abort.abort();
-    await this.running?.catch(() => undefined);
+    await Promise.allSettled([...this.inflight]);
   }
 
-  private schedule(ms: number): void {
+  private tickSoon(ms: number): void {
     if (this.stopped) return;
     if (this.timer) clearTimeout(this.timer);
-    this.timer = setTimeout(() => { this.timer = null; void this.run(); }, ms);
+    this.timer = setTimeout(() => { this.timer = null; void this.pump().finally(() => this.tickSoon(this.opts.pollMs)); }, ms);
     this.timer.unref?.();
   }
 
-  private run(): Promise<void> {
-    if (this.running) { this.again = true; return this.running; }
-    this.running = (async () => {
-      try {
-        for (;;) {
-          this.again = false;
-          const n = await this.drainOnce();
-          if (this.stopped || (n === 0 && !this.again)) break;
+  /**
+   * Leases due rows while there is room for more deliveries in flight; deliveries run concurrently
+   * (a slow receiver does not hold back the others). Per (notifier, incident) order is kept by the
+   * store: a later row is not leasable while an earlier one is pending.
+   */
+  private async pump(): Promise<void> {
+    if (this.stopped) return;
+    if (this.pumping) { this.again = true; return; }
+    this.pumping = true;
+    try {
+      for (;;) {
+        this.again = false;
+        const room = this.opts.batch - this.inflight.size;
+        if (room <= 0 || this.stopped) break;
+        const rows = await this.store.claimOutbox(this.opts.owner, Date.now(), this.opts.leaseMs, room);
+        for (const r of rows) {
+          const p: Promise<void> = this.deliver(r)
+            .catch((e) => { this.log.warn({ err: (e as Error).message, notifier: r.notifier }, 'outbox: could not record a delivery result'); })
+            .finally(() => { this.inflight.delete(p); void this.pump(); });
+          this.inflight.add(p);
         }
-      } catch (e) {
-        this.log.warn({ err: (e as Error).message }, 'outbox: store error; will retry');
-      } finally {
-        this.running = null;
-        this.schedule(this.opts.pollMs);
+        if (!rows.length && !this.again) break;
       }
-    })();
-    return this.running;
+    } catch (e) {
+      this.log.warn({ err: (e as Error).message }, 'outbox: store error; will retry');
+    } finally {
+      this.pumping = false;
+    }
   }
 
-  /** Leases and sends one batch; returns how many rows it handled. */
+  /** Leases and sends one batch and waits for it; returns how many rows it handled (tests). */
   async drainOnce(): Promise<number> {
     const rows = await this.store.claimOutbox(this.opts.owner, Date.now(), this.opts.leaseMs, this.opts.batch);
     await Promise.all(rows.map((r) => this.deliver(r)));

@@ -10,7 +10,7 @@ import type { AgentEvent, Heartbeat } from '../../common/wire.js';
 import type { Incident, Notice, StallBucket } from '../model.js';
 import type { EngineState } from '../incidents.js';
 import { MIGRATIONS } from './migrations.js';
-import { eventRow, incidentRow, latestPulls, nodeInfo, nodeRow, parseJson, type NodeRowOut } from './rows.js';
+import { eventRow, incidentRow, latestPulls, nodeInfo, nodeRow, parseJson, persistedState, type NodeRowOut } from './rows.js';
 import type {
   InsertResult, OutboxResult, OutboxRow, OutboxStats, ProcessInput, ProcessOutput, PullView, RetentionResult, Store,
 } from './store.js';
@@ -123,6 +123,8 @@ export class PostgresStore implements Store {
         else if (v > 0) {
           const b = (await c.query<{ body: string }>('SELECT body FROM engine_state WHERE id = 1')).rows[0];
           state = b ? parseJson<EngineState>(b.body) : null;
+          // open incidents live in their table (saved as they change); the state row holds the rest
+          if (state) state.incidents = (await c.query<{ body: string }>("SELECT body FROM incidents WHERE state = 'open'")).rows.map((r) => parseJson<Incident>(r.body));
         }
         const overdue = (await c.query<{ node: string; last_heartbeat_ms: string }>(
           'SELECT node, last_heartbeat_ms FROM nodes WHERE last_heartbeat_ms + interval_s * 1000 * $1 < $2',
@@ -135,7 +137,7 @@ export class PostgresStore implements Store {
         if (rows.length || out.incidents.length || out.outbox.length || v === 0) {
           version = v + 1;
           await c.query(`INSERT INTO engine_state (id, version, body) VALUES (1, $1, $2)
-            ON CONFLICT (id) DO UPDATE SET version = excluded.version, body = excluded.body`, [version, JSON.stringify(out.state)]);
+            ON CONFLICT (id) DO UPDATE SET version = excluded.version, body = excluded.body`, [version, persistedState(out.state)]);
         }
         if (out.incidents.length) {
           await c.query(`INSERT INTO incidents (id, kind, key, state, opened_ms, updated_ms, resolved_ms, body)

@@ -2,6 +2,7 @@
 import type { AgentEvent, Heartbeat } from '../../common/wire.js';
 import { parseImageRef } from '../../common/image-ref.js';
 import type { Incident, NodeInfo, NodeRuntime } from '../model.js';
+import type { EngineState } from '../incidents.js';
 import type { PullRecord } from '../../agent/model/pulls.js';
 
 export interface EventRowIn {
@@ -83,3 +84,8 @@ export function incidentRow(inc: Incident): IncidentRowIn {
 
 /** Full-jitter-free helper for tests and stores: JSON.parse with a typed result. */
 export function parseJson<T>(text: string): T { return JSON.parse(text) as T; }
+
+/** The engine state row: everything but the open incidents, which are rows of their own table. */
+export function persistedState(state: EngineState): string {
+  return JSON.stringify({ ...state, incidents: [] });
+}

@@ -10,7 +10,7 @@ import type { Incident, StallBucket } from '../model.js';
 import type { EngineState } from '../incidents.js';
 import { MIGRATIONS } from './migrations.js';
 import {
-  eventRow, incidentRow, latestPulls, nodeInfo, nodeRow, parseJson, type NodeRowOut,
+  eventRow, incidentRow, latestPulls, nodeInfo, nodeRow, parseJson, persistedState, type NodeRowOut,
 } from './rows.js';
 import type {
   InsertResult, OutboxResult, OutboxRow, OutboxStats, ProcessInput, ProcessOutput, PullView, RetentionResult, Store,
@@ -66,7 +66,8 @@ export class SqliteStore implements Store {
       nodePulls: db.prepare(`SELECT pull_id, updated_ms FROM pulls WHERE node = ? AND state NOT IN ('completed', 'failed', 'cancelled-by-runtime')`),
       deletePull: db.prepare('DELETE FROM pulls WHERE node = ? AND pull_id = ?'),
       unprocessed: db.prepare('SELECT seq, node, received_ms, body FROM events WHERE processed = 0 ORDER BY seq LIMIT ?'),
-      markProcessed: db.prepare('UPDATE events SET processed = 1 WHERE seq = ?'),
+      markProcessed: db.prepare('UPDATE events SET processed = 1 WHERE processed = 0 AND seq <= ?'),
+      openIncidents: db.prepare("SELECT body FROM incidents WHERE state = 'open'"),
       stateVersion: db.prepare('SELECT version FROM engine_state WHERE id = 1'),
       stateBody: db.prepare('SELECT version, body FROM engine_state WHERE id = 1'),
       saveState: db.prepare(`INSERT INTO engine_state (id, version, body) VALUES (1, ?, ?)
@@ -133,7 +134,11 @@ export class SqliteStore implements Store {
       const v = (s.stateVersion.get() as { version: number } | undefined)?.version ?? 0;
       let state: EngineState | null = null;
       if (this.cache && this.cache.version === v) state = this.cache.state;
-      else if (v > 0) state = parseJson<EngineState>((s.stateBody.get() as { body: string }).body);
+      else if (v > 0) {
+        // open incidents live in their table (saved as they change); the state row holds the rest
+        state = parseJson<EngineState>((s.stateBody.get() as { body: string }).body);
+        state.incidents = (s.openIncidents.all() as { body: string }[]).map((r) => parseJson<Incident>(r.body));
+      }
       const overdue = (s.overdue.all(opts.missedHeartbeats, opts.nowMs) as { node: string; last_heartbeat_ms: number }[])
         .map((r) => ({ node: r.node, lastHeartbeatAt: new Date(r.last_heartbeat_ms).toISOString() }));
       const events = rows.map((r) => ({ seq: r.seq, node: r.node, receivedMs: r.received_ms, event: parseJson<AgentEvent>(r.body) }));
@@ -142,13 +147,15 @@ export class SqliteStore implements Store {
       let version = v;
       if (rows.length || out.incidents.length || out.outbox.length || v === 0) {
         version = v + 1;
-        s.saveState.run(version, JSON.stringify(out.state));
+        s.saveState.run(version, persistedState(out.state));
       }
       for (const inc of out.incidents) s.upsertIncident.run(incidentRow(inc));
       for (const o of out.outbox) {
         s.insertOutbox.run(o.notifier, o.notice.incident.id, o.notice.id, JSON.stringify(o.notice), opts.nowMs, opts.nowMs);
       }
-      for (const r of rows) s.markProcessed.run(r.seq);
+      // one writer (IMMEDIATE transaction): every unprocessed row up to the last one read was read
+      const last = rows[rows.length - 1];
+      if (last) s.markProcessed.run(last.seq);
       this.cache = { version, state: out.state };
       return rows.length;
     });

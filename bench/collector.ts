@@ -1,0 +1,243 @@
+/**
+ * Collector benchmarks (issue 3):
+ *  1. ingest throughput with 1,000 simulated agents, on SQLite and on PostgreSQL
+ *     (target ≥ 5,000 events/s on SQLite on 2 cores);
+ *  2. event-to-webhook latency p50/p99 at 100 events/s (target p99 ≤ 500 ms);
+ *  3. 5,000 nodes heartbeating every 30 s: collector CPU and RSS.
+ * The load comes from a separate plain-Node process (so the generator's JSON and HTTP work does not
+ * run on the collector's event loop); the collector runs in this process via startCollector().
+ */
+import { spawn } from 'node:child_process';
+import { createServer } from 'node:http';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { silentLogger } from '../common/log.js';
+import { startCollector, type RunningCollector } from '../collector/run.js';
+import type { PullRecord } from '../agent/model/pulls.js';
+import type { WebhookPayload } from '../collector/notifiers/webhook.js';
+import { startPostgres } from '../test/harness/postgres.js';
+
+const TOKEN = 'bench-token';
+
+/** The load generator: plain ESM, run with `node file.mjs '<json args>'`; prints one JSON line. */
+const LOADGEN = String.raw`
+import http from 'node:http';
+const a = JSON.parse(process.argv[2]);
+const agent = new http.Agent({ keepAlive: true, maxSockets: a.concurrency });
+const u = new URL(a.url);
+function post(path, body) {
+  return new Promise((resolve) => {
+    const req = http.request({ host: u.hostname, port: u.port, path, method: 'POST', agent,
+      headers: { 'content-type': 'application/json', authorization: 'Bearer ' + a.token, 'content-length': Buffer.byteLength(body) } }, (res) => {
+      res.resume(); res.on('end', () => resolve(res.statusCode));
+    });
+    req.on('error', () => resolve(0));
+    req.end(body);
+  });
+}
+const statuses = {};
+const count = (s) => { statuses[s] = (statuses[s] || 0) + 1; };
+if (a.mode === 'events') {
+  let sent = 0, seq = 0;
+  const kinds = ['started', 'started', 'started', 'completed', 'completed', 'completed', 'slow', 'resumed', 'stalled', 'resumed'];
+  const t0 = performance.now();
+  const worker = async () => {
+    while (sent < a.total) {
+      const n = Math.min(a.batch, a.total - sent); sent += n;
+      const node = 'agent-' + (seq++ % a.agents);
+      const at = new Date().toISOString();
+      const evs = [];
+      for (let i = 0; i < n; i++) {
+        const k = kinds[(seq + i) % kinds.length];
+        evs.push('{"id":"' + node + '-' + seq + '-' + i + '","at":"' + at + '","kind":"' + k + '","pull":' + a.pull.replace('__STATE__', k === 'stalled' ? 'stalled' : k === 'completed' ? 'completed' : 'downloading') + '}');
+      }
+      const body = '{"node":"' + node + '","agentVersion":"0.1.0","events":[' + evs.join(',') + ']}';
+      count(await post('/v1/events', body));
+    }
+  };
+  await Promise.all(Array.from({ length: a.concurrency }, worker));
+  process.stdout.write(JSON.stringify({ seconds: (performance.now() - t0) / 1000, statuses }) + '\n');
+} else {
+  // heartbeats: a.nodes nodes, each every a.interval seconds, for a.seconds
+  const perSecond = a.nodes / a.interval;
+  const t0 = performance.now();
+  let sent = 0, i = 0;
+  const inflight = new Set();
+  while ((performance.now() - t0) / 1000 < a.seconds) {
+    const due = Math.floor(((performance.now() - t0) / 1000) * perSecond);
+    while (sent < due) {
+      const node = 'node-' + (i++ % a.nodes);
+      const body = '{"node":"' + node + '","agentVersion":"0.1.0","runtime":{"name":"containerd","version":"1.7.24","pullDeadlineMs":300000},' +
+        '"pullsInFlight":' + (i % 10 === 0 ? '[' + a.pull.replace('__STATE__', 'downloading') + ']' : '[]') +
+        ',"eventsDropped":0,"queueDepth":0,"sourceErrors":0,"intervalSeconds":' + a.interval + ',"at":"' + new Date().toISOString() + '"}';
+      const p = post('/v1/heartbeat', body).then((s) => { count(s); inflight.delete(p); });
+      inflight.add(p);
+      sent++;
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  await Promise.all(inflight);
+  process.stdout.write(JSON.stringify({ seconds: (performance.now() - t0) / 1000, sent, statuses }) + '\n');
+}
+`;
+
+export function pullTemplate(): string {
+  const at = new Date().toISOString();
+  const p: PullRecord = {
+    id: 'pull-bench', image: 'registry.example.com/team/app:1.2.3', registry: 'registry.example.com', repository: 'team/app',
+    state: 'stalled', startedAt: at, updatedAt: at, lastProgressAt: at, idleSeconds: 0, rateBytesPerSecond: 1_000_000,
+    bytesDone: 40_000_000, bytesTotal: 88_270_000,
+    layers: [{ digest: `sha256:${'a'.repeat(64)}`, kind: 'layer', state: 'downloading', bytesDone: 40_000_000, bytesTotal: 88_270_000, idleSeconds: 0, rateBytesPerSecond: 1_000_000, startedAt: at }],
+    runtime: { name: 'containerd', version: '1.7.24' }, runtimeDeadlineMs: 300_000,
+    pods: [{ namespace: 'default', name: 'web-7d9f', container: 'app', reason: 'ContainerCreating' }], idleGapsMs: [],
+  };
+  return JSON.stringify(p).replace('"state":"stalled"', '"state":"__STATE__"');
+}
+
+export async function runLoad(dir: string, args: Record<string, unknown>): Promise<{ seconds: number; sent?: number; statuses: Record<string, number> }> {
+  const file = join(dir, 'loadgen.mjs');
+  writeFileSync(file, LOADGEN);
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [file, JSON.stringify(args)], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
+    child.stderr.on('data', (d: Buffer) => { err += d.toString(); });
+    const t = setTimeout(() => { if (child.pid) process.kill(child.pid, 'SIGKILL'); }, 180_000);
+    child.on('exit', (code) => {
+      clearTimeout(t);
+      try { resolve(JSON.parse(out.trim().split('\n').pop() ?? '')); } catch { reject(new Error(`load generator failed (${code}): ${err.slice(-500)}`)); }
+    });
+  });
+}
+
+export async function ingestThroughput(dir: string, c: RunningCollector, total: number): Promise<number> {
+  const r = await runLoad(dir, { mode: 'events', url: c.url, token: TOKEN, agents: 1000, batch: 20, total, concurrency: 64, pull: pullTemplate() });
+  const ok = r.statuses['200'] ?? 0;
+  if (ok * 20 < total) throw new Error(`ingest: not all batches accepted: ${JSON.stringify(r.statuses)}`);
+  const stored = await c.store.countEvents();
+  if (stored !== total) throw new Error(`ingest: stored ${stored} of ${total}`);
+  return Math.round(total / r.seconds);
+}
+
+function percentile(xs: number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))] ?? NaN;
+}
+
+async function webhookLatency(dir: string, seconds: number): Promise<{ p50: number; p99: number; delivered: number; sent: number }> {
+  const sentAt = new Map<string, number>();
+  const latencies: number[] = [];
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (d: Buffer) => chunks.push(d));
+    req.on('end', () => {
+      const now = performance.now();
+      try {
+        const p = JSON.parse(Buffer.concat(chunks).toString()) as WebhookPayload;
+        const t = p.type === 'firing' ? sentAt.get(p.incident.node ?? '') : undefined;
+        if (t !== undefined) latencies.push(now - t);
+      } catch { /* ignore */ }
+      res.end('ok');
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  const port = (server.address() as { port: number }).port;
+  const c = await startCollector({
+    listen: '127.0.0.1:0', db: join(dir, 'latency.db'), tokens: [TOKEN], webhooks: [`http://127.0.0.1:${port}/hook`], webhookSecret: 'bench',
+    dashboard: false, rateLimit: { perSecond: 1000, burst: 1000 },
+  }, silentLogger());
+  const rate = 100;
+  const total = rate * seconds;
+  const pull = JSON.parse(pullTemplate().replace('__STATE__', 'stalled')) as PullRecord;
+  try {
+    const t0 = performance.now();
+    const posts: Promise<unknown>[] = [];
+    for (let i = 0; i < total; i++) {
+      const due = t0 + (i * 1000) / rate;
+      const wait = due - performance.now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      const node = `lat-node-${i}`;
+      // a distinct registry per event: each stall is its own incident (no grouping)
+      const ev = { id: randomUUID(), at: new Date().toISOString(), kind: 'stalled', pull: { ...pull, image: `r${i}.example.com/app:1`, registry: `r${i}.example.com` } };
+      sentAt.set(node, performance.now());
+      posts.push(fetch(`${c.url}/v1/events`, {
+        method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ node, agentVersion: '0.1.0', events: [ev] }),
+      }).then((r) => r.arrayBuffer()));
+    }
+    await Promise.all(posts);
+    const deadline = Date.now() + 20_000;
+    while (latencies.length < total && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    return { p50: percentile(latencies, 50), p99: percentile(latencies, 99), delivered: latencies.length, sent: total };
+  } finally {
+    await c.stop();
+    server.closeAllConnections();
+    await new Promise<void>((r) => server.close(() => r()));
+  }
+}
+
+async function heartbeatFleet(dir: string, seconds: number): Promise<{ cpuPercent: number; rssMiB: number; heartbeats: number; okRatio: number }> {
+  const c = await startCollector({
+    listen: '127.0.0.1:0', db: join(dir, 'fleet.db'), tokens: [TOKEN], dashboard: false, rateLimit: { perSecond: 10, burst: 20 },
+  }, silentLogger());
+  try {
+    const cpu0 = process.cpuUsage();
+    const t0 = performance.now();
+    let peakRss = process.memoryUsage().rss;
+    const sampler = setInterval(() => { peakRss = Math.max(peakRss, process.memoryUsage().rss); }, 250);
+    const r = await runLoad(dir, { mode: 'heartbeats', url: c.url, token: TOKEN, nodes: 5000, interval: 30, seconds, concurrency: 64, pull: pullTemplate() });
+    clearInterval(sampler);
+    const cpu = process.cpuUsage(cpu0);
+    const wall = (performance.now() - t0) / 1000;
+    const ok = r.statuses['200'] ?? 0;
+    return { cpuPercent: ((cpu.user + cpu.system) / 1e6 / wall) * 100, rssMiB: peakRss / 1024 / 1024, heartbeats: r.sent ?? 0, okRatio: ok / Math.max(1, r.sent ?? 0) };
+  } finally {
+    await c.stop();
+  }
+}
+
+export async function benchCollector(opts: { events?: number; latencySeconds?: number; fleetSeconds?: number; parts?: Array<'ingest' | 'latency' | 'fleet'> } = {}): Promise<Record<string, number | string>> {
+  const events = opts.events ?? 100_000;
+  const parts = new Set(opts.parts ?? ['ingest', 'latency', 'fleet']);
+  const dir = mkdtempSync(join(tmpdir(), 'pullwatch-bench-collector-'));
+  const out: Record<string, number | string> = {};
+  try {
+    // 1a. SQLite
+    if (parts.has('ingest')) {
+      const c = await startCollector({ listen: '127.0.0.1:0', db: join(dir, 'ingest.db'), tokens: [TOKEN], dashboard: false }, silentLogger());
+      try { out.ingest_sqlite_events_per_s = await ingestThroughput(dir, c, events); } finally { await c.stop(); }
+    }
+    // 1b. PostgreSQL
+    if (parts.has('ingest')) {
+      const pg = await startPostgres();
+      try {
+        const c = await startCollector({ listen: '127.0.0.1:0', db: pg.url, tokens: [TOKEN], dashboard: false }, silentLogger());
+        try { out.ingest_postgres_events_per_s = await ingestThroughput(dir, c, Math.min(events, 50_000)); } finally { await c.stop(); }
+      } finally {
+        await pg.stop();
+      }
+    }
+    if (parts.has('ingest')) out.ingest_simulated_agents = 1000;
+    // 2. event → webhook latency at 100 events/s
+    if (parts.has('latency')) {
+      const lat = await webhookLatency(dir, opts.latencySeconds ?? 10);
+      out.webhook_latency_p50_ms = Math.round(lat.p50);
+      out.webhook_latency_p99_ms = Math.round(lat.p99);
+      out.webhook_delivered = `${lat.delivered}/${lat.sent}`;
+    }
+    // 3. 5,000 nodes heartbeating every 30 s
+    if (parts.has('fleet')) {
+      const fleet = await heartbeatFleet(dir, opts.fleetSeconds ?? 20);
+      out.fleet5000_cpu_percent_of_one_core = Number(fleet.cpuPercent.toFixed(1));
+      out.fleet5000_peak_rss_mib = Math.round(fleet.rssMiB);
+      out.fleet5000_heartbeats_ok = `${Math.round(fleet.okRatio * fleet.heartbeats)}/${fleet.heartbeats}`;
+    }
+    out.load_average_1m = Number(loadavg()[0]?.toFixed(1) ?? 0);
+    return out;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
