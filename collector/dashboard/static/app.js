@@ -5,6 +5,8 @@ const POLL_MS = 2000;
 const REQUEST_TIMEOUT_MS = 5000;
 const MAX_LAYERS_SHOWN = 8;
 const RECENT_INCIDENTS = 10;
+/** Rows drawn per table (a 5,000-node fleet stays responsive); problems sort first, so they are always shown. */
+const MAX_ROWS = 300;
 const PALETTE = ['#58a6ff', '#ff7b72', '#d2a8ff', '#3fb950', '#f0b429', '#79c0ff', '#ffa657', '#56d4dd', '#e86ca6', '#a5d6ff'];
 const SVG_NS = 'http://www.w3.org/2000/svg';
 
@@ -206,7 +208,7 @@ function progress(done, total, tone) {
 function renderPulls(pulls) {
   const root = document.getElementById('pulls');
   if (!pulls.length) { root.replaceChildren(empty('No pulls in flight.')); return; }
-  const sorted = [...pulls].sort((a, b) => (STATE_ORDER[a.state] ?? 9) - (STATE_ORDER[b.state] ?? 9) || (num(b.idleSeconds) ?? 0) - (num(a.idleSeconds) ?? 0));
+  const sorted = [...pulls].sort((a, b) => (STATE_ORDER[a.state] ?? 9) - (STATE_ORDER[b.state] ?? 9) || (num(b.idleSeconds) ?? 0) - (num(a.idleSeconds) ?? 0)).slice(0, MAX_ROWS);
   const rows = sorted.map((p) => {
     const tone = p.state === 'stalled' ? 'stalled' : p.state === 'slow' ? 'slow' : '';
     // Seconds since the last byte, as of now (the record's idleSeconds is as of its last update).
@@ -235,7 +237,8 @@ function renderPulls(pulls) {
       el('td', { class: 'nowrap' }, deadlineText(p.runtimeDeadlineMs), el('div', { class: 'sub' }, `${str(p.runtime?.name)} ${str(p.runtime?.version)}`.trim())),
     );
   });
-  root.replaceChildren(el('div', { class: 'tbl-wrap' }, el('table', null,
+  const note = pulls.length > sorted.length ? el('div', { class: 'more' }, `showing ${sorted.length} of ${pulls.length} pulls (stalled and slow first)`) : '';
+  root.replaceChildren(note, el('div', { class: 'tbl-wrap' }, el('table', null,
     el('thead', null, el('tr', null, el('th', null, 'State'), el('th', null, 'Image · waiting pods'), el('th', null, 'Node'),
       el('th', null, 'Progress · layers'), el('th', { class: 'num' }, 'Rate'), el('th', { class: 'num' }, 'Idle'), el('th', null, 'Runtime deadline'))),
     el('tbody', null, rows))));
@@ -309,8 +312,10 @@ function renderChart(buckets) {
 function renderNodes(nodes) {
   const root = document.getElementById('nodes');
   if (!nodes.length) { root.replaceChildren(empty('No agent has reported yet.')); return; }
-  const sorted = [...nodes].sort((a, b) => (a.status === 'down' ? 0 : 1) - (b.status === 'down' ? 0 : 1) || str(a.node).localeCompare(str(b.node)));
-  root.replaceChildren(el('div', { class: 'tbl-wrap' }, el('table', null,
+  const trouble = (n) => (n.status === 'down' ? 0 : (num(n.eventsDropped) ?? 0) > 0 || (num(n.sourceErrors) ?? 0) > 0 ? 1 : 2);
+  const sorted = [...nodes].sort((a, b) => trouble(a) - trouble(b) || str(a.node).localeCompare(str(b.node))).slice(0, MAX_ROWS);
+  const note = nodes.length > sorted.length ? el('div', { class: 'more' }, `showing ${sorted.length} of ${nodes.length} nodes (down and erroring first)`) : null;
+  root.replaceChildren(note ?? '', el('div', { class: 'tbl-wrap' }, el('table', null,
     el('thead', null, el('tr', null, el('th', null, 'Node'), el('th', null, 'Status'), el('th', { class: 'num' }, 'Heartbeat'),
       el('th', null, 'Runtime'), el('th', null, 'Pull deadline'), el('th', { class: 'num' }, 'Pulls'),
       el('th', { class: 'num' }, 'Queue'), el('th', { class: 'num' }, 'Dropped'), el('th', { class: 'num' }, 'Source errors'), el('th', null, 'Agent'))),
@@ -359,7 +364,11 @@ async function refresh() {
     const nodes = listOf(nodesB, 'nodes').filter((n) => n && typeof n === 'object');
     const pulls = listOf(pullsB, 'pulls').map(normPull).filter(Boolean)
       .filter((p) => !['completed', 'failed', 'cancelled-by-runtime'].includes(p.state));
-    const incidents = [...listOf(openB, 'incidents'), ...listOf(resolvedB, 'incidents')].filter((i) => i && typeof i === 'object');
+    const byId = new Map();
+    for (const i of [...listOf(openB, 'incidents'), ...listOf(resolvedB, 'incidents')]) {
+      if (i && typeof i === 'object' && !byId.has(i.id)) byId.set(i.id, i);
+    }
+    const incidents = [...byId.values()];
     const stalls = listOf(stallsB, 'buckets').length ? listOf(stallsB, 'buckets') : listOf(stallsB, 'stalls');
     renderSummary(nodes, pulls, incidents);
     renderIncidents(incidents);
