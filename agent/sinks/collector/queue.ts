@@ -148,7 +148,13 @@ export class DurableQueue {
   /** Opens (creating if needed) the queue in opts.dir, recovering from a crash of a previous process. */
   static open(opts: DurableQueueOptions): DurableQueue {
     const q = new DurableQueue(opts);
-    q.recover();
+    try {
+      q.recover();
+    } catch (e) {
+      if (e instanceof QueueError) throw e;
+      const err = e as NodeJS.ErrnoException;
+      throw new QueueError(`cannot open the event queue in ${opts.dir}: ${err.code ?? ''} ${err.message}`.replace(/\s+/g, ' '));
+    }
     return q;
   }
 

@@ -208,4 +208,10 @@ describe('DurableQueue', () => {
     const q = openQ(dir); // stale lock of a dead process is taken over
     expect(q.depth()).toBe(0);
   });
+
+  it('says clearly when the queue dir cannot be used', () => {
+    const file = join(tempDir(), 'not-a-dir');
+    writeFileSync(file, 'x');
+    expect(() => DurableQueue.open({ dir: join(file, 'q') })).toThrow(/cannot open the event queue in .*not-a-dir\/q: (ENOTDIR|EEXIST)/);
+  });
 });
