@@ -103,7 +103,7 @@ export async function startAgent(opts: AgentOptions, logger: Logger): Promise<Ru
   let collectorSink: ReturnType<typeof createCollectorSink> | undefined;
   if (opts.collector) {
     collectorSink = createCollectorSink({
-      url: opts.collector, tokenFile: opts.tokenFile, queueDir: opts.queueDir as string, state, logger: logger.child({ sink: 'collector' }),
+      url: opts.collector, tokenFile: opts.tokenFile, queueDir: opts.queueDir as string, state, logger,
     });
     sinks.push(collectorSink);
   }
