@@ -30,15 +30,7 @@ export interface ContainerdClientOptions {
   deadlineMs?: number;
 }
 
-/** gRPC status codes that mean "containerd is not there" rather than "this request is wrong". */
-export function isUnavailable(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code;
-  return code === grpc.status.UNAVAILABLE || code === grpc.status.DEADLINE_EXCEEDED || code === grpc.status.CANCELLED;
-}
-
-export function isNotFound(err: unknown): boolean {
-  return (err as { code?: unknown } | null)?.code === grpc.status.NOT_FOUND;
-}
+export { isNotFound, isUnavailable } from './grpc-status.js';
 
 const PROTO_FILES = [
   'containerd/services/content/v1/content.proto',

@@ -16,7 +16,8 @@ import { readdirSync, readFileSync, statSync, type Dirent, type Stats } from 'no
 import { join } from 'node:path';
 import type { ClosedIngest, IngestStatus } from '../../model/observations.js';
 import type { Source, SourceContext } from '../source.js';
-import { ContainerdClient, isNotFound, isUnavailable } from './grpc.js';
+import type { ContainerdClient } from './grpc.js';
+import { isNotFound, isUnavailable } from './grpc-status.js';
 import { distributionSources, parseIngestRef, parseTimestamp, parseTotal, type IngestRef } from './ingest-files.js';
 import { ManifestIndex, pickManifest } from './manifest-index.js';
 
@@ -95,7 +96,9 @@ export class ContainerdIngestSource implements Source {
   private readonly attributions = new Map<string, Attribution>();
   private readonly labelCache = new Map<string, { registry?: string; repository?: string } | null>();
   private readonly index: ManifestIndex;
-  private readonly client?: ContainerdClient;
+  /** Loaded on first use: @grpc/grpc-js is only paid for when a socket is configured. */
+  private clientPromise?: Promise<ContainerdClient>;
+  private readonly hasSocket: boolean;
   private ctx?: SourceContext;
   private timer?: NodeJS.Timeout;
   private stopped = false;
@@ -120,7 +123,7 @@ export class ContainerdIngestSource implements Source {
       rescanMs: opts.rescanMs ?? 5000,
       onError: (cause, err) => this.report(cause, err),
     });
-    if (opts.socket) this.client = new ContainerdClient({ socket: opts.socket, deadlineMs: opts.grpcDeadlineMs ?? 2000 });
+    this.hasSocket = Boolean(opts.socket);
   }
 
   async start(ctx: SourceContext): Promise<void> {
@@ -136,7 +139,8 @@ export class ContainerdIngestSource implements Source {
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
     await Promise.allSettled([this.attributing, this.versionPending]);
-    this.client?.close();
+    if (this.clientPromise) (await this.clientPromise.catch(() => undefined))?.close();
+    this.clientPromise = undefined;
   }
 
   /** Resolves when pending asynchronous attribution work is done (tests, benches). */
@@ -403,7 +407,7 @@ export class ContainerdIngestSource implements Source {
       const key = `${s.namespace}\u0000${s.digest}`;
       let att = this.attributions.get(key);
       if (!att) {
-        att = { labelsDone: !this.client, labelTries: 0, nextLabelTryAt: 0 };
+        att = { labelsDone: !this.hasSocket, labelTries: 0, nextLabelTryAt: 0 };
         this.attributions.set(key, att);
       }
       const needsManifest = !att.manifestDigest;
@@ -432,7 +436,7 @@ export class ContainerdIngestSource implements Source {
         const m = pickManifest(this.index.lookup(w.digest), w.startedAt);
         if (m) w.att.manifestDigest = m.digest;
       }
-      if (!w.att.manifestDigest || w.att.labelsDone || !this.client || this.socketDown) continue;
+      if (!w.att.manifestDigest || w.att.labelsDone || !this.hasSocket || this.socketDown) continue;
       const labels = await this.labelsFor(w.namespace, w.att.manifestDigest);
       if (labels === undefined) {
         w.att.labelTries++;
@@ -454,9 +458,9 @@ export class ContainerdIngestSource implements Source {
     const key = `${namespace}\u0000${manifestDigest}`;
     const cached = this.labelCache.get(key);
     if (cached !== undefined) return cached;
-    const client = this.client;
-    if (!client) return null;
+    if (!this.hasSocket) return null;
     try {
+      const client = await this.client();
       const info = await client.contentInfo(namespace, manifestDigest);
       this.socketUp();
       const sources = distributionSources(info.labels);
@@ -473,6 +477,13 @@ export class ContainerdIngestSource implements Source {
       else if (!isNotFound(err)) this.report('containerd-grpc-error', err);
       return undefined;
     }
+  }
+
+  private client(): Promise<ContainerdClient> {
+    const socket = this.opts.socket as string;
+    const deadlineMs = this.opts.grpcDeadlineMs ?? 2000;
+    this.clientPromise ??= import('./grpc.js').then((m) => new m.ContainerdClient({ socket, deadlineMs }));
+    return this.clientPromise;
   }
 
   private socketFailed(err: unknown): void {
@@ -493,13 +504,13 @@ export class ContainerdIngestSource implements Source {
   /** Asks containerd for its version once it is reachable (and, while it is down, for reachability). */
   private maybeFetchVersion(): void {
     const ctx = this.ctx;
-    const client = this.client;
-    if (!ctx || !client || this.versionPending || this.stopped) return;
+    if (!ctx || !this.hasSocket || this.versionPending || this.stopped) return;
     if (this.versionDone && !this.socketDown) return;
     const now = ctx.now();
     if (now < this.nextVersionTryAt) return;
     this.nextVersionTryAt = now + (this.socketDown ? 5000 : VERSION_RETRY_MS);
-    this.versionPending = client.version()
+    this.versionPending = this.client()
+      .then((client) => client.version())
       .then((v) => {
         this.socketUp();
         if (!this.versionDone && !this.stopped) {

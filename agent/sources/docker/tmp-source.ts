@@ -13,7 +13,7 @@
  */
 import { readdirSync, statSync, type Dirent, type Stats } from 'node:fs';
 import { join } from 'node:path';
-import Docker from 'dockerode';
+import type Docker from 'dockerode';
 import type { ClosedIngest, IngestStatus } from '../../model/observations.js';
 import type { Source, SourceContext } from '../source.js';
 
@@ -38,7 +38,8 @@ export class DockerTmpSource implements Source {
   readonly name: string;
   private readonly tmpDir: string;
   private readonly known = new Map<string, { startedAt: number; last?: IngestStatus }>();
-  private readonly docker?: Docker;
+  /** dockerode is loaded on first use (only when a socket is configured). */
+  private docker?: Promise<Docker>;
   private ctx?: SourceContext;
   private timer?: NodeJS.Timeout;
   private stopped = false;
@@ -52,7 +53,6 @@ export class DockerTmpSource implements Source {
   constructor(private readonly opts: DockerTmpSourceOptions) {
     this.name = opts.name ?? 'docker-tmp';
     this.tmpDir = join(opts.dockerRoot, 'tmp');
-    if (opts.socket) this.docker = new Docker({ socketPath: opts.socket, timeout: 3000 });
   }
 
   async start(ctx: SourceContext): Promise<void> {
@@ -162,12 +162,14 @@ export class DockerTmpSource implements Source {
 
   private maybeFetchVersion(): void {
     const ctx = this.ctx;
-    const docker = this.docker;
-    if (!ctx || !docker || this.versionDone || this.versionPending || this.stopped) return;
+    const socketPath = this.opts.socket;
+    if (!ctx || !socketPath || this.versionDone || this.versionPending || this.stopped) return;
     const now = ctx.now();
     if (now < this.nextVersionTryAt) return;
     this.nextVersionTryAt = now + (this.socketDown ? 5000 : VERSION_RETRY_MS);
-    this.versionPending = docker.version()
+    this.docker ??= import('dockerode').then((m) => new m.default({ socketPath, timeout: 3000 }));
+    this.versionPending = this.docker
+      .then((docker) => docker.version())
       .then((v) => {
         this.socketDown = false;
         if (this.stopped || this.versionDone) return;
