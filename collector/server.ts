@@ -5,7 +5,7 @@
  * Every rejection is JSON { error, reason } with a 4xx status and is counted by reason.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { Logger } from '../common/log.js';
 import {
@@ -53,7 +53,7 @@ export async function buildServer(o: ServerOptions): Promise<FastifyInstance> {
   const app: FastifyInstance = Fastify({
     // pino's Logger is a FastifyBaseLogger; the cast only widens fastify's generic parameter
     loggerInstance: o.logger as FastifyBaseLogger,
-    disableRequestLogging: true,
+    logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: o.bodyLimitBytes,
     // ids in logs, not the client's
     genReqId: (() => { let n = 0; return () => `req-${(++n).toString(36)}`; })(),
