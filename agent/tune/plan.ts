@@ -50,7 +50,7 @@ export function buildPlan(layout: NodeLayout, opts: Pick<ComputeTunePlanOptions,
   const errors = [...layout.errors];
   if (layout.runtime.versionError && layout.runtime.name !== 'unknown') errors.push(`${layout.runtime.name}: ${layout.runtime.versionError}`);
   const history: HistoryInfo = opts.historyInfo ?? (opts.history
-    ? { source: 'file', note: `${opts.history.length} pulls`, pulls: opts.history.length }
+    ? { source: 'agent', note: `${opts.history.length} pulls from the agent`, pulls: opts.history.length }
     : { source: 'none', note: 'no history', pulls: 0 });
   const deadline = recommendDeadline({
     history: opts.history,
