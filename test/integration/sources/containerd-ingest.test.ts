@@ -4,6 +4,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { IngestStatus, Observation } from '../../../agent/model/observations.js';
+import { ContainerdClient } from '../../../agent/sources/containerd/grpc.js';
 import { ContainerdIngestSource } from '../../../agent/sources/containerd/ingest-source.js';
 import { startContainerd, type ContainerdVersion, type RunningContainerd } from '../../harness/containerd.js';
 import { createCriClient, type CriClient } from '../../harness/cri.js';
@@ -103,6 +104,22 @@ describe.each(['1.6', '1.7'] as ContainerdVersion[])('ContainerdIngestSource on 
       expect(s.lastWriteAt).toBeLessThanOrEqual(Date.now());
       expect(Date.now() - (s.lastWriteAt as number)).toBeLessThan(60_000);
     }
+    // The .proto subsets against the real service: ListStatuses says what the ingest dirs say.
+    const client = new ContainerdClient({ socket: (containerd as RunningContainerd).socket });
+    try {
+      const statuses = await client.listStatuses('k8s.io');
+      for (const layer of [layerA, layerB]) {
+        const fromFs = present(layer.digest) as IngestStatus;
+        const viaGrpc = statuses.find((x) => x.ref.endsWith(`layer-${layer.digest}`));
+        // The namespaced API gives the client ref; on disk it is prefixed with <namespace>/<seq>/.
+        expect(viaGrpc).toMatchObject({ ref: `layer-${layer.digest}`, total: layer.size, offset: fromFs.offset });
+        expect(fromFs.ref.endsWith(`/${viaGrpc?.ref}`)).toBe(true);
+        expect(viaGrpc?.startedAt).toBeCloseTo(fromFs.startedAt as number, -1);
+      }
+      expect(await client.listStatuses('default')).toEqual([]);
+    } finally {
+      client.close();
+    }
     expect(t.health.snapshot()).toEqual([]);
   });
 
@@ -119,6 +136,16 @@ describe.each(['1.6', '1.7'] as ContainerdVersion[])('ContainerdIngestSource on 
     }, { timeoutMs: 30_000, what: 'closed layer ingests' });
     for (const c of closed) expect(c.committed).toBe(true);
     await waitFor(() => latest()?.present.length === 0, { what: 'no ingests left' });
+    // images.v1 List (proto subset): CRI created the image records with their manifest digests.
+    const client = new ContainerdClient({ socket: (containerd as RunningContainerd).socket });
+    try {
+      const images = await client.listImages('k8s.io');
+      for (const img of [imgA, imgB]) {
+        expect(images.find((i) => i.name === refVia(img, proxy as StallProxy))?.target?.digest).toBe(img.manifestDigest);
+      }
+    } finally {
+      client.close();
+    }
     expect(t.health.snapshot()).toEqual([]);
   });
 
