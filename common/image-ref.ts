@@ -51,3 +51,16 @@ export function sameRepository(a: string, b: string): boolean {
   const y = parseImageRef(b);
   return x.registry === y.registry && x.repository === y.repository;
 }
+
+/**
+ * Registry hosts as equal as the evidence allows: containerd's distribution-source label drops the
+ * port ("127.0.0.1:5000" is labelled "127.0.0.1"), so a side without a port matches any port.
+ */
+export function sameRegistry(a: string, b: string): boolean {
+  if (a === b) return true;
+  const strip = (h: string) => h.replace(/:\d+$/, '');
+  const aPort = /:\d+$/.test(a);
+  const bPort = /:\d+$/.test(b);
+  if (aPort && bPort) return false;
+  return strip(a) === strip(b);
+}

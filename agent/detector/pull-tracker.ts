@@ -15,7 +15,7 @@
  *   cancelled pulls (containerd keeps them for resume) and make nothing stalled until they move
  *   again or a known in-flight pull claims them.
  */
-import { parseImageRef } from '../../common/image-ref.js';
+import { parseImageRef, sameRegistry } from '../../common/image-ref.js';
 import type {
   ClosedIngest, IngestStatus, LogComponent, Observation, PodImageWait, PullLogEvent, RuntimeInfo, RuntimeName,
 } from '../model/observations.js';
@@ -178,7 +178,8 @@ export class PullTracker {
       const pull = this.findPullFor(runtime, ing) ?? this.createPullFromIngest(runtime, ing, at, out);
       this.addLayer(pull, key, ing, at);
     }
-    for (const c of closed) this.closeIngest(`${runtime}:${c.key}`, c.committed, at);
+    // Docker deletes its temp file after success and failure alike: a close is "done"; failures come from logs.
+    for (const c of closed) this.closeIngest(`${runtime}:${c.key}`, runtime === 'docker' ? true : c.committed, at);
     // ingests that vanished without being reported closed (source restarted, dir removed)
     for (const [key, pullId] of this.ingestOwner) {
       if (!key.startsWith(`${runtime}:`) || seen.has(key)) continue;
@@ -203,7 +204,7 @@ export class PullTracker {
   private findPullFor(runtime: RuntimeName, ing: IngestStatus, exclude?: Pull): Pull | undefined {
     const candidates = [...this.pulls.values()].filter((p) => p.runtime === runtime && p !== exclude && !p.synthetic);
     if (ing.registry && ing.repository) {
-      const byRepo = candidates.filter((p) => p.registry === ing.registry && p.repository === ing.repository);
+      const byRepo = candidates.filter((p) => sameRegistry(p.registry, ing.registry as string) && p.repository === ing.repository);
       if (byRepo.length) return byRepo.sort((a, b) => b.startedAt - a.startedAt)[0];
     }
     if (ing.manifestDigest) {
@@ -352,7 +353,7 @@ export class PullTracker {
       case 'pull-started': {
         if (now - at > this.opts.logReplayHorizonMs) return;
         if (pull) {
-          if (!pull.imageKnown) { pull.image = ev.image; pull.imageKnown = true; }
+          if (!pull.imageKnown) { pull.image = ev.image; pull.imageKnown = true; pull.registry = ref.registry; }
           pull.fromLog = true;
           return;
         }
@@ -414,7 +415,7 @@ export class PullTracker {
     for (const p of this.pulls.values()) {
       if (p.synthetic) continue;
       if (p.imageKnown && parseImageRef(p.image).normalized === normalized) return p;
-      if (p.registry === registry && p.repository === repository && (!byRepo || p.startedAt > byRepo.startedAt)) byRepo = p;
+      if (sameRegistry(p.registry, registry) && p.repository === repository && (!byRepo || p.startedAt > byRepo.startedAt)) byRepo = p;
     }
     return byRepo;
   }
@@ -453,7 +454,7 @@ export class PullTracker {
       const ref = parseImageRef(image);
       const match = pull.imageKnown
         ? image === parseImageRef(pull.image).normalized
-        : ref.registry === pull.registry && ref.repository === pull.repository;
+        : sameRegistry(ref.registry, pull.registry) && ref.repository === pull.repository;
       if (!match) continue;
       for (const pod of pods) out.push({ namespace: pod.namespace, name: pod.name, container: pod.container, reason: pod.reason });
     }

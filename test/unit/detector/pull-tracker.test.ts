@@ -211,3 +211,30 @@ describe('PullTracker', () => {
     expect(s.tracker.records()[0]).toMatchObject({ runtime: { name: 'containerd', version: '1.7.24' }, runtimeDeadlineMs: 300_000 });
   });
 });
+
+describe('PullTracker attribution across sources', () => {
+  it('matches containerd labels without the registry port to the image the log named', () => {
+    let now = T0;
+    const tracker = new PullTracker({ stallAfterMs: 5000, slowBelowBytesPerSecond: 1, now: () => now });
+    tracker.observe({ kind: 'log', at: now, source: 't', event: { type: 'pull-started', component: 'containerd', image: '127.0.0.1:5000/app:v1' } });
+    tracker.observe({ kind: 'log', at: now, source: 't', event: { type: 'pull-started', component: 'containerd', image: '127.0.0.1:5000/other:v1' } });
+    now += 1000;
+    tracker.observe({
+      kind: 'ingests', at: now, runtime: 'containerd', source: 'fs', closed: [],
+      present: [{ key: 'k', ref: 'k8s.io/1/layer-sha256:a', blobKind: 'layer', digest: 'sha256:a', offset: 5, registry: '127.0.0.1', repository: 'app', lastWriteAt: now }],
+    });
+    const recs = tracker.records();
+    expect(recs).toHaveLength(2);
+    expect(recs.find((r) => r.image === '127.0.0.1:5000/app:v1')?.layers.map((l) => l.digest)).toEqual(['sha256:a']);
+  });
+
+  it('treats a vanished Docker temp file as done, not aborted', () => {
+    let now = T0;
+    const tracker = new PullTracker({ stallAfterMs: 5000, slowBelowBytesPerSecond: 1, now: () => now });
+    const ing = { key: 'GetImageBlob1', ref: 'GetImageBlob1', blobKind: 'layer' as const, offset: 10, lastWriteAt: now };
+    tracker.observe({ kind: 'ingests', at: now, runtime: 'docker', source: 'd', present: [ing], closed: [] });
+    now += 1000;
+    tracker.observe({ kind: 'ingests', at: now, runtime: 'docker', source: 'd', present: [], closed: [{ key: 'GetImageBlob1', committed: false }] });
+    expect(tracker.records()[0]?.layers[0]?.state).toBe('committed');
+  });
+});
