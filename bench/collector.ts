@@ -127,7 +127,7 @@ function percentile(xs: number[], p: number): number {
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))] ?? NaN;
 }
 
-async function webhookLatency(dir: string, seconds: number): Promise<{ p50: number; p99: number; delivered: number; sent: number }> {
+async function webhookLatency(dir: string, seconds: number): Promise<{ p50: number; p99: number; delivered: number; sent: number; cpuPercent: number }> {
   const sentAt = new Map<string, number>();
   const latencies: number[] = [];
   const server = createServer((req, res) => {
@@ -152,6 +152,8 @@ async function webhookLatency(dir: string, seconds: number): Promise<{ p50: numb
   const rate = 100;
   const total = rate * seconds;
   const pull = JSON.parse(pullTemplate().replace('__STATE__', 'stalled')) as PullRecord;
+  const cpu0 = process.cpuUsage();
+  const w0 = performance.now();
   try {
     const t0 = performance.now();
     const posts: Promise<unknown>[] = [];
@@ -171,7 +173,9 @@ async function webhookLatency(dir: string, seconds: number): Promise<{ p50: numb
     await Promise.all(posts);
     const deadline = Date.now() + 20_000;
     while (latencies.length < total && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-    return { p50: percentile(latencies, 50), p99: percentile(latencies, 99), delivered: latencies.length, sent: total };
+    const cpu = process.cpuUsage(cpu0);
+    const cpuPercent = ((cpu.user + cpu.system) / 1000 / (performance.now() - w0)) * 100;
+    return { p50: percentile(latencies, 50), p99: percentile(latencies, 99), delivered: latencies.length, sent: total, cpuPercent };
   } finally {
     await c.stop();
     server.closeAllConnections();
@@ -227,6 +231,7 @@ export async function benchCollector(opts: { events?: number; latencySeconds?: n
       out.webhook_latency_p50_ms = Math.round(lat.p50);
       out.webhook_latency_p99_ms = Math.round(lat.p99);
       out.webhook_delivered = `${lat.delivered}/${lat.sent}`;
+      out.webhook_bench_cpu_percent_of_one_core = Number(lat.cpuPercent.toFixed(1));
     }
     // 3. 5,000 nodes heartbeating every 30 s
     if (parts.has('fleet')) {

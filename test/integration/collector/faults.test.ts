@@ -62,7 +62,7 @@ describe.each(['sqlite', 'postgres'] as const)('collector restart mid-stream (%s
   it('every event is stored exactly once', async () => {
     const db = await freshDb(kind);
     let current = await collector({ db });
-    const batches: AgentEvent[][] = Array.from({ length: 60 }, (_, b) =>
+    const batches: AgentEvent[][] = Array.from({ length: 120 }, (_, b) =>
       Array.from({ length: 25 }, (_, i) => agentEvent(i % 3 ? 'started' : 'stalled', { image: `r${b % 4}.example.com/app:${i}` })));
     const allIds = batches.flat().map((e) => e.id);
     let next = 0;
@@ -73,6 +73,7 @@ describe.each(['sqlite', 'postgres'] as const)('collector restart mid-stream (%s
         if (b >= batches.length) return;
         // an agent resends a batch until it is acknowledged
         while ((await post(current.url, `node-${w}`, batches[b]!)) !== 200) { retries++; await new Promise((r) => setTimeout(r, 20)); }
+        await new Promise((r) => setTimeout(r, 10)); // a stream, not a burst: the stop lands mid-way
       }
     };
     const senders = Promise.all([0, 1, 2, 3].map(worker));
@@ -89,7 +90,7 @@ describe.each(['sqlite', 'postgres'] as const)('collector restart mid-stream (%s
     expect(retries).toBeGreaterThan(0); // the stop really interrupted the stream
     await current.processNow();
     const again = await openStore(db);
-    try { expect(await again.countEvents()).toBe(1500); } finally { await again.close(); }
+    try { expect(await again.countEvents()).toBe(3000); } finally { await again.close(); }
   });
 });
 

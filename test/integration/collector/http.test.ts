@@ -150,15 +150,15 @@ describe('ingest boundary', () => {
   });
 
   it('rate-limits per node (429 with Retry-After) on a real socket', async () => {
-    const rl = await startCollector({ listen: '127.0.0.1:0', db: join(dir, 'rl.db'), tokens: [TOKEN], rateLimit: { perSecond: 1, burst: 2 }, dashboard: false }, silentLogger());
+    const rl = await startCollector({ listen: '127.0.0.1:0', db: join(dir, 'rl.db'), tokens: [TOKEN], rateLimit: { perSecond: 0.05, burst: 2 }, dashboard: false }, silentLogger());
     try {
       const post = (node: string) => fetch(`${rl.url}/v1/heartbeat`, { method: 'POST', headers: auth, body: JSON.stringify(heartbeat(node)) });
       expect((await post('a')).status).toBe(200);
       expect((await post('a')).status).toBe(200);
       const third = await post('a');
       expect(third.status).toBe(429);
-      expect(third.headers.get('retry-after')).toBe('1');
-      expect(await third.json()).toEqual({ error: 'rate_limited', reason: 'node a is over 1 requests/s' });
+      expect(third.headers.get('retry-after')).toBe('20');
+      expect(await third.json()).toEqual({ error: 'rate_limited', reason: 'node a is over 0.05 requests/s' });
       expect((await post('b')).status).toBe(200); // another node has its own bucket
     } finally {
       await rl.stop();
