@@ -216,7 +216,7 @@ function legacyFlagSetting(layout: NodeLayout, rec: DeadlineRecommendation): Tun
     source: { kind: 'flag', path: flag.origin.path, line: flag.origin.line, flag: '--image-pull-progress-deadline' },
     effective: { raw: flag.value, value: ms, display: dead ? `${flag.value ?? ''} (ignored)` : dur(ms) },
     risk: dead
-      ? { level: 'warn', text: `kubelet ${layout.kubelet.version ?? '(version unknown)'} ignores --image-pull-progress-deadline (removed with dockershim in 1.24): it protects nothing and hides the real deadline` }
+      ? { level: 'warn', text: `kubelet ${layout.kubelet.version ?? '(version unknown)'} has no --image-pull-progress-deadline (removed with dockershim in 1.24; node images such as AKS AgentBaker strip it): it protects nothing, hides the real deadline, and a kubelet that rejects unknown flags will not start with it` }
       : { level: 'info', text: 'dockershim honours this flag' },
     recommendation: dead
       ? { value: null, display: 'remove the flag', apply: false, manual: true, reason: `remove it from ${flag.origin.path}:${flag.origin.line}; the runtime's deadline governs pulls` }
