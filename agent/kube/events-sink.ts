@@ -47,8 +47,9 @@ export interface KubeEventsSinkOptions {
   /** Requests in flight at once. Default 4. */
   concurrency?: number;
   requestTimeoutMs?: number;
-  /** Retry delay base (doubles per attempt, jittered). Default 1 s. */
+  /** Retry delay base (doubles per attempt, jittered, capped at retryMaxMs). Defaults 1 s / 30 s. */
   retryBaseMs?: number;
+  retryMaxMs?: number;
   now?: () => number;
 }
 
@@ -118,6 +119,7 @@ export class KubeEventsSink implements Sink {
       concurrency: opts.concurrency ?? 4,
       requestTimeoutMs: opts.requestTimeoutMs ?? 10_000,
       retryBaseMs: opts.retryBaseMs ?? 1000,
+      retryMaxMs: opts.retryMaxMs ?? 30_000,
       now: opts.now ?? Date.now,
     };
     this.bucket = new TokenBucket(this.opts.qps, this.opts.burst, this.opts.now);
@@ -255,9 +257,10 @@ export class KubeEventsSink implements Sink {
         s.count = 1;
         s.lastAt = work.lastObservedAt;
         this.counters.created++;
-        // Occurrences beyond the first that were coalesced into this create become the series.
+        // Occurrences beyond the first that were coalesced into this create become the series:
+        // a PATCH of its own, paying its own token.
         work.occurrences--;
-        if (work.occurrences > 0) await this.patchSeries(s, s.count + work.occurrences, work.lastObservedAt);
+        if (work.occurrences > 0) this.requeue({ ...work, attempts: 0, notBefore: 0 });
       } else {
         await this.patchSeries(s, s.count + work.occurrences, work.lastObservedAt);
       }
@@ -302,6 +305,18 @@ export class KubeEventsSink implements Sink {
     this.counters.patched++;
   }
 
+  /** Puts work back, folding it into what is already pending for the same series. */
+  private requeue(work: Work): void {
+    const queued = this.pending.get(work.key);
+    if (queued) {
+      queued.occurrences += work.occurrences;
+      queued.lastObservedAt = Math.max(queued.lastObservedAt, work.lastObservedAt);
+      queued.notBefore = Math.max(queued.notBefore, work.notBefore);
+    } else {
+      this.pending.set(work.key, work);
+    }
+  }
+
   private failed(work: Work, s: Series, err: unknown): void {
     const status = httpStatusOf(err);
     const retryNow = (err as { retryNow?: unknown }).retryNow === true;
@@ -309,16 +324,10 @@ export class KubeEventsSink implements Sink {
     work.attempts++;
     if (transient && work.attempts < this.opts.maxAttempts && !this.closed) {
       this.counters.retries++;
-      const base = this.opts.retryBaseMs * 2 ** (work.attempts - 1);
+      const base = Math.min(this.opts.retryMaxMs, this.opts.retryBaseMs * 2 ** Math.min(work.attempts - 1, 30));
       work.notBefore = this.opts.now() + (retryNow ? 0 : Math.round(base / 2 + (Math.random() * base) / 2));
       // The series stays; a create that may have landed is retried under the same name (→ 409).
-      const queued = this.pending.get(work.key);
-      if (queued) {
-        queued.occurrences += work.occurrences;
-        queued.lastObservedAt = Math.max(queued.lastObservedAt, work.lastObservedAt);
-      } else {
-        this.pending.set(work.key, work);
-      }
+      this.requeue(work);
       return;
     }
     this.counters.failed++;
