@@ -14,6 +14,7 @@ import { ContainerdIngestSource } from './sources/containerd/ingest-source.js';
 import { SourceHealth } from './sources/health.js';
 import { createLogSources, LogSourceSpecError } from './sources/logs/index.js';
 import type { Source } from './sources/source.js';
+import { createTunePlanner } from './tune-planner.js';
 
 /** Options of `pullwatch agent` (and of the agent inside `pullwatch start`). Durations in ms. */
 export interface AgentOptions {
@@ -111,10 +112,14 @@ export async function startAgent(opts: AgentOptions, logger: Logger): Promise<Ru
   const pipeline = new AgentPipeline({ tracker, sources, sinks, health, logger, tickMs: Math.min(opts.pollMs, 1000), now });
   await pipeline.start();
   collectorSink?.start();
+  const tune = createTunePlanner({ hostRoot: opts.hostRoot, tracker, observe: (obs) => pipeline.observe(obs), logger });
   let http: Awaited<ReturnType<typeof startAgentHttp>>;
   try {
-    http = await startAgentHttp({ listen: opts.listen, tracker, metrics: metrics.registry, nodeName: opts.nodeName, logger });
+    http = await startAgentHttp({
+      listen: opts.listen, tracker, metrics: metrics.registry, nodeName: opts.nodeName, logger, tunePlan: () => tune.plan(),
+    });
   } catch (err) {
+    tune.stop();
     await pipeline.stop();
     throw err;
   }
@@ -123,6 +128,7 @@ export async function startAgent(opts: AgentOptions, logger: Logger): Promise<Ru
     nodeName: opts.nodeName,
     pulls: () => tracker.records(),
     async stop() {
+      tune.stop();
       await http.app.close();
       await pipeline.stop();
     },

@@ -93,6 +93,14 @@ describe('pullwatch agent (real process, real ingest layout on disk)', () => {
     expect((await fetch(`${url}/healthz`)).status).toBe(200);
   });
 
+  it('serves this node\'s tune plan at /v1/tune', async () => {
+    const res = await fetch(`${url}/v1/tune`);
+    expect(res.status).toBe(200);
+    const plan = await res.json() as { schemaVersion: number; settings: Array<{ id: string }> };
+    expect(plan.schemaVersion).toBe(1);
+    expect(plan.settings.map((x) => x.id)).toContain('runtime.pullProgressTimeout');
+  });
+
   it('status against no agent fails with a clear message', () => {
     const r = run(['status', '--json', '--agent-url', 'http://127.0.0.1:1']);
     expect(r.status).toBe(1);
