@@ -72,14 +72,22 @@ export class PostgresStore implements Store {
   async insertEvents(node: string, agentVersion: string, events: AgentEvent[], receivedMs: number): Promise<InsertResult> {
     if (!events.length) return { accepted: 0, duplicates: 0 };
     const rows = events.map((e) => eventRow(node, agentVersion, e, receivedMs));
+    const pulls = latestPulls(node, events.map((e) => e.pull), receivedMs);
+    // one round trip: events (ignoring repeats) and the pulls they describe
     const r = await this.pool.query<{ n: string }>(`WITH ins AS (
         INSERT INTO events (node, event_id, at_ms, received_ms, kind, registry, image, pull_id, agent_version, body)
         SELECT node, event_id, at_ms, received_ms, kind, registry, image, pull_id, agent_version, body
         FROM jsonb_to_recordset($1::jsonb) AS x(node text, event_id text, at_ms bigint, received_ms bigint, kind text,
           registry text, image text, pull_id text, agent_version text, body text)
-        ON CONFLICT (node, event_id) DO NOTHING RETURNING 1)
-      SELECT COUNT(*) AS n FROM ins`, [JSON.stringify(rows)]);
-    await this.upsertPulls(this.pool, latestPulls(node, events.map((e) => e.pull), receivedMs));
+        ON CONFLICT (node, event_id) DO NOTHING RETURNING 1),
+      up AS (
+        INSERT INTO pulls (node, pull_id, updated_ms, seen_ms, state, body)
+        SELECT node, pull_id, updated_ms, seen_ms, state, body
+        FROM jsonb_to_recordset($2::jsonb) AS x(node text, pull_id text, updated_ms bigint, seen_ms bigint, state text, body text)
+        ON CONFLICT (node, pull_id) DO UPDATE SET updated_ms = excluded.updated_ms, seen_ms = excluded.seen_ms,
+          state = excluded.state, body = excluded.body WHERE excluded.updated_ms >= pulls.updated_ms
+        RETURNING 1)
+      SELECT (SELECT COUNT(*) FROM ins) AS n, (SELECT COUNT(*) FROM up) AS p`, [JSON.stringify(rows), JSON.stringify(pulls)]);
     const accepted = Number(r.rows[0]?.n ?? 0);
     return { accepted, duplicates: events.length - accepted };
   }
