@@ -230,7 +230,7 @@ export class PodWatchSource implements Source {
     const watch = new Watch(kc);
     // Watch's own timer bounds the connect phase (its default, 30 s, is shorter than the API
     // server's ~1 min bookmark interval, so it is raised to the idle limit; the field is private in
-    // the typings). Once streaming, its timer does not end the stream (client-node 2.0.1: the abort
+    // the typings). Once streaming, its timer does not end the stream (client-node 1.4 and 2.0: the abort
     // does not reach the body), so the idle detector below is ours: it aborts through the returned
     // controller, which does, and resolves without waiting for the stream to notice.
     (watch as unknown as { requestTimeoutMs: number }).requestTimeoutMs = this.opts.idleTimeoutMs;
