@@ -9,7 +9,8 @@
  */
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
@@ -183,23 +184,54 @@ async function webhookLatency(dir: string, seconds: number): Promise<{ p50: numb
   }
 }
 
-async function heartbeatFleet(dir: string, seconds: number): Promise<{ cpuPercent: number; rssMiB: number; heartbeats: number; okRatio: number }> {
-  const c = await startCollector({
-    listen: '127.0.0.1:0', db: join(dir, 'fleet.db'), tokens: [TOKEN], dashboard: false, rateLimit: { perSecond: 10, burst: 20 },
-  }, silentLogger());
+function procStat(pid: number): { cpuTicks: number; rssKiB: number; hwmKiB: number } {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kib = (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+)`, 'm').exec(status)?.[1] ?? 0);
+  return { cpuTicks: Number(fields[11]) + Number(fields[12]), rssKiB: kib('VmRSS'), hwmKiB: kib('VmHWM') };
+}
+
+/**
+ * The real `pullwatch collector` process (compiled CLI, `npm run build` first), measured from
+ * /proc while 5,000 simulated nodes heartbeat every 30 s (1 in 10 with a pull in flight).
+ */
+async function heartbeatFleet(dir: string, seconds: number): Promise<{ cpuPercent: number; rssMiB: number; peakRssMiB: number; heartbeats: number; ok: number }> {
+  const bin = fileURLToPath(new URL('../bin/pullwatch.js', import.meta.url));
+  const built = fileURLToPath(new URL('../dist/collector/cli.js', import.meta.url));
+  if (!existsSync(built)) throw new Error('fleet bench runs the compiled CLI: npm run build first');
+  writeFileSync(join(dir, 'token'), `${TOKEN}\n`);
+  const child = spawn(process.execPath, [bin, 'collector', '--listen', '127.0.0.1:0', '--db', join(dir, 'fleet.db'), '--token-file', join(dir, 'token')], {
+    stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, PULLWATCH_LOG_LEVEL: 'warn' },
+  });
+  const pid = child.pid;
+  if (!pid) throw new Error('could not start pullwatch collector');
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
   try {
-    const cpu0 = process.cpuUsage();
+    const url = await new Promise<string>((resolve, reject) => {
+      let err = '';
+      const t = setTimeout(() => reject(new Error(`collector did not start: ${err}`)), 30_000);
+      child.stderr.on('data', (d: Buffer) => {
+        err += d.toString();
+        const m = /listening on (http:\/\/\S+)/.exec(err);
+        if (m?.[1]) { clearTimeout(t); resolve(m[1]); }
+      });
+      child.once('exit', (code) => { clearTimeout(t); reject(new Error(`collector exited (${code}): ${err.slice(-500)}`)); });
+    });
+    const s0 = procStat(pid);
     const t0 = performance.now();
-    let peakRss = process.memoryUsage().rss;
-    const sampler = setInterval(() => { peakRss = Math.max(peakRss, process.memoryUsage().rss); }, 250);
-    const r = await runLoad(dir, { mode: 'heartbeats', url: c.url, token: TOKEN, nodes: 5000, interval: 30, seconds, concurrency: 64, pull: pullTemplate() });
-    clearInterval(sampler);
-    const cpu = process.cpuUsage(cpu0);
+    const r = await runLoad(dir, { mode: 'heartbeats', url, token: TOKEN, nodes: 5000, interval: 30, seconds, concurrency: 64, pull: pullTemplate() });
+    const s1 = procStat(pid);
     const wall = (performance.now() - t0) / 1000;
-    const ok = r.statuses['200'] ?? 0;
-    return { cpuPercent: ((cpu.user + cpu.system) / 1e6 / wall) * 100, rssMiB: peakRss / 1024 / 1024, heartbeats: r.sent ?? 0, okRatio: ok / Math.max(1, r.sent ?? 0) };
+    return {
+      cpuPercent: ((s1.cpuTicks - s0.cpuTicks) / 100 / wall) * 100, rssMiB: s1.rssKiB / 1024, peakRssMiB: s1.hwmKiB / 1024,
+      heartbeats: r.sent ?? 0, ok: r.statuses['200'] ?? 0,
+    };
   } finally {
-    await c.stop();
+    try { process.kill(pid, 'SIGTERM'); } catch { /* gone */ }
+    const t = setTimeout(() => { try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ } }, 10_000);
+    await exited;
+    clearTimeout(t);
   }
 }
 
@@ -236,9 +268,10 @@ export async function benchCollector(opts: { events?: number; latencySeconds?: n
     // 3. 5,000 nodes heartbeating every 30 s
     if (parts.has('fleet')) {
       const fleet = await heartbeatFleet(dir, opts.fleetSeconds ?? 20);
-      out.fleet5000_cpu_percent_of_one_core = Number(fleet.cpuPercent.toFixed(1));
-      out.fleet5000_peak_rss_mib = Math.round(fleet.rssMiB);
-      out.fleet5000_heartbeats_ok = `${Math.round(fleet.okRatio * fleet.heartbeats)}/${fleet.heartbeats}`;
+      out.fleet5000_collector_cpu_percent_of_one_core = Number(fleet.cpuPercent.toFixed(1));
+      out.fleet5000_collector_rss_mib = Math.round(fleet.rssMiB);
+      out.fleet5000_collector_peak_rss_mib = Math.round(fleet.peakRssMiB);
+      out.fleet5000_heartbeats_ok = `${fleet.ok}/${fleet.heartbeats}`;
     }
     out.load_average_1m = Number(loadavg()[0]?.toFixed(1) ?? 0);
     return out;
