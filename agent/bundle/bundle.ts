@@ -13,7 +13,7 @@ import { constants as FS, promises as fsp } from 'node:fs';
 import { hostname } from 'node:os';
 import { join, posix } from 'node:path';
 import { pipeline } from 'node:stream/promises';
-import { createGzip, constants as Z } from 'node:zlib';
+import { createGzip } from 'node:zlib';
 import type { Writable } from 'node:stream';
 import tar from 'tar-stream';
 import type { Logger } from '../../common/log.js';
@@ -24,6 +24,8 @@ import { readIngests } from '../capture/ingests.js';
 import { listCaptures } from '../capture/store.js';
 
 export const BUNDLE_FORMAT_VERSION = 1;
+/** zlib level 5 gives about the size of `gzip -6` (measured on log text) at ~1.4x its speed. */
+export const DEFAULT_GZIP_LEVEL = 5;
 /** Command and /proc output is held in memory up to this (or --file-cap when smaller). */
 export const MEMORY_ITEM_CAP = 16 * 1024 * 1024;
 
@@ -760,8 +762,10 @@ timestamps keep the lines inside the window; every item keeps at most --file-cap
 
 /** Streams the bundle into `out` and resolves with the manifest once the gzip stream has ended. */
 export async function writeBundle(opts: BundleOptions, out: Writable, logger: Logger): Promise<Manifest> {
-  const pack = tar.pack();
-  const gzip = createGzip({ level: opts.gzipLevel ?? Z.Z_DEFAULT_COMPRESSION });
+  // Larger buffers than the 16 KiB defaults let reading+redaction (main thread) overlap with
+  // compression (libuv pool) instead of taking turns; still a few MiB at most.
+  const pack = tar.pack({ highWaterMark: 256 * 1024 });
+  const gzip = createGzip({ level: opts.gzipLevel ?? DEFAULT_GZIP_LEVEL, chunkSize: 256 * 1024 });
   const piped = pipeline(pack, gzip, out);
   const mode = await detectExecMode(opts.hostRoot, opts.exec);
   const ctx: Ctx = {

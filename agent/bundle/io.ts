@@ -8,7 +8,9 @@ import { constants as FS, promises as fsp, type Stats } from 'node:fs';
 import { StreamRedactor, type RedactionCounts } from './redact.js';
 import { fixYear, parseLineTime } from './line-time.js';
 
-export const READ_CHUNK = 256 * 1024;
+/** 64 KiB: the latin1 strings redaction makes stay below V8's large-object size (~128 KiB), so they
+ * die young in new space instead of piling up in large-object space until a full GC. */
+export const READ_CHUNK = 64 * 1024;
 
 export type ItemStatus = 'ok' | 'missing' | 'error' | 'truncated' | 'timeout' | 'skipped';
 
@@ -171,8 +173,16 @@ export async function* readRange(fh: fsp.FileHandle, start: number, end: number,
     emitted += b.length;
     if (b.length) yield b;
   };
+  // With redaction the read buffer is copied by push(), so one buffer serves every read (less
+  // garbage for the GC to find, lower peak RSS); without it each chunk must be its own.
+  const shared = redactor ? Buffer.allocUnsafe(READ_CHUNK) : null;
   while (pos < end) {
-    const b = await readAt(fh, pos, Math.min(READ_CHUNK, end - pos));
+    const len = Math.min(READ_CHUNK, end - pos);
+    let b: Buffer;
+    if (shared) {
+      const { bytesRead } = await fh.read(shared, 0, len, pos);
+      b = shared.subarray(0, bytesRead);
+    } else b = await readAt(fh, pos, len);
     if (b.length === 0) break;
     pos += b.length;
     yield* emit(redactor ? redactor.push(b) : b);
