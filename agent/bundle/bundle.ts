@@ -679,7 +679,7 @@ async function expand(ctx: Ctx, name: Extract<ItemSpec, { kind: 'expand' }>['exp
         return;
       }
       const base = ctx.o.agentUrl.replace(/\/+$/, '');
-      const json = await collectHttp(ctx, 'pullwatch/pulls.json', `${base}/v1/pulls`);
+      const json = await collectHttp(ctx, 'pullwatch/pulls.json', `${base}/v1/pulls?all=1`);
       if (json !== undefined) {
         const pulls = pullsOf(json);
         const t0 = Date.now();

@@ -52,7 +52,7 @@ export function registerBundle(program: Command): void {
     .addOption(new Option('--no-redact', 'do NOT mask secrets (recorded in the manifest)'))
     .addOption(envOption('--containerd-root <dir>', 'containerd root as this process sees it (default <host-root>/var/lib/containerd)'))
     .addOption(envOption('--containerd-socket <path>', 'containerd socket for ctr (default /run/containerd/containerd.sock on the host)'))
-    .addOption(envOption('--agent-url <url>', 'the local agent (for /v1/pulls and /v1/tune)', 'http://127.0.0.1:9746'))
+    .addOption(envOption('--agent-url <url>', 'the local agent (for /v1/pulls and /v1/tune)', 'http://127.0.0.1:9090'))
     .addOption(envOption('--captures-dir <dir>', 'where the agent saves stall captures', DEFAULT_CAPTURES_DIR))
     .addOption(envOption('--goroutines', 'send SIGUSR1 to containerd to dump goroutine stacks', false))
     .addOption(envOption('--journal-dir <dir>', 'read journals from this directory (journalctl --directory)'))

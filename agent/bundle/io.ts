@@ -5,7 +5,7 @@
  */
 import { spawn } from 'node:child_process';
 import { constants as FS, promises as fsp, type Stats } from 'node:fs';
-import { StreamRedactor, type RedactionCounts } from './redact.js';
+import { StreamRedactor } from './redact.js';
 import { fixYear, parseLineTime } from './line-time.js';
 
 /** 64 KiB: the latin1 strings redaction makes stay below V8's large-object size (~128 KiB), so they
@@ -77,7 +77,7 @@ interface TimedLine { start: number; t: number }
 
 /** The first time-stamped line starting at or after `pos` (looks at most 64 KiB ahead). */
 async function timedLineFrom(fh: fsp.FileHandle, pos: number, size: number, year: number, mtime: number): Promise<TimedLine | null> {
-  let start = await nextLineStart(fh, pos, size);
+  const start = await nextLineStart(fh, pos, size);
   const b = await readAt(fh, start, Math.min(65536, size - start));
   const text = b.toString('latin1');
   let off = 0;
@@ -88,7 +88,6 @@ async function timedLineFrom(fh: fsp.FileHandle, pos: number, size: number, year
     if (t !== null) return { start: start + off, t: fixYear(t, mtime) };
     off = nl + 1;
   }
-  start = size;
   return null;
 }
 

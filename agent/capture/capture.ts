@@ -188,7 +188,9 @@ async function probeRegistry(pull: PullRecord, deps: CaptureDeps, deadline: numb
   const stepTimeout = (): number => Math.max(200, Math.min(10_000, deps.timeoutMs / 4, deadline - Date.now()));
   const endpointHost = registryEndpointHost(pull.registry);
   let plain = (deps.plainHttp ?? []).includes(pull.registry) || (await hostsTomlSaysHttp(deps.hostRoot, pull.registry));
-  let { host, port } = splitHostPort(endpointHost, plain ? 80 : 443);
+  const hp = splitHostPort(endpointHost, plain ? 80 : 443);
+  const host = hp.host;
+  let port = hp.port;
   const digest = stalledBlob(pull);
 
   // DNS

@@ -55,10 +55,10 @@ beforeAll(async () => {
   for (const t of TOOLS) await symlink(await which(t), join(toolBin, t));
   await saveCapture(join(work, 'captures'), { pullId: 'registry.example.com/app:1@1', capturedAt: new Date(tree.now - 3600_000).toISOString() });
   agent = createServer((req, res) => {
-    if (req.url === '/v1/pulls') {
+    if (req.url === '/v1/pulls?all=1') {
       res.setHeader('content-type', 'application/json');
-      res.end(JSON.stringify([{ id: 'p1', image: 'registry.example.com/app:1', state: 'stalled', layers: [{ digest: 'sha256:aa', bytesDone: 4096, bytesTotal: 1048576, state: 'stalled' }] },
-        { id: 'p2', image: 'nginx:1', state: 'completed', layers: [] }]));
+      res.end(JSON.stringify({ node: 'node1', pulls: [{ id: 'p1', image: 'registry.example.com/app:1', state: 'stalled', layers: [{ digest: 'sha256:aa', bytesDone: 4096, bytesTotal: 1048576, state: 'stalled' }] },
+        { id: 'p2', image: 'nginx:1', state: 'completed', layers: [] }] }));
     } else { res.statusCode = 404; res.end('not found'); }
   });
   await new Promise<void>((r) => agent.listen(0, '127.0.0.1', r));
