@@ -21,6 +21,7 @@ interface AgentFlags {
   listen: string;
   nodeName?: string;
   kube: 'auto' | 'off';
+  kubeconfig?: string;
   logLevel: string;
 }
 
@@ -48,6 +49,7 @@ export function agentOptionsFromFlags(f: AgentFlags): AgentOptions {
     listen: f.listen,
     nodeName: f.nodeName ?? process.env.NODE_NAME ?? hostname(),
     kube: f.kube,
+    kubeconfig: f.kubeconfig,
   };
 }
 
@@ -69,6 +71,7 @@ export function addAgentFlags(cmd: Command, defaults: { listen: string; queueDir
     .addOption(envOption('--listen <host:port>', 'HTTP for /healthz, /metrics, /v1/pulls', defaults.listen))
     .addOption(envOption('--node-name <name>', 'this node\'s name (default $NODE_NAME or the hostname)'))
     .addOption(envOption('--kube <mode>', 'use the Kubernetes API (pods waiting, Events)', 'auto').choices(['auto', 'off']))
+    .addOption(envOption('--kubeconfig <path>', 'a kubeconfig instead of the in-cluster service account'))
     .addOption(new Option('--log-level <level>', 'log level').env('PULLWATCH_LOG_LEVEL').default('info')
       .choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']));
 }

@@ -109,6 +109,19 @@ export async function startAgent(opts: AgentOptions, logger: Logger): Promise<Ru
     sinks.push(collectorSink);
   }
   const sources = await buildSources(opts, logger);
+  const kubeConfig = opts.kubeconfig ?? (process.env.KUBERNETES_SERVICE_HOST ? undefined : null);
+  if (opts.kube === 'auto' && kubeConfig !== null) {
+    // The Kubernetes client is loaded only when there is a cluster to talk to.
+    const kube = await import('./kube/index.js');
+    const pods = new kube.PodWatchSource({ nodeName: opts.nodeName, kubeConfig });
+    sources.push(pods);
+    sinks.push(kube.createKubeEventsSink({
+      nodeName: opts.nodeName, kubeConfig, logger: logger.child({ sink: 'kube-events' }),
+      podLookup: (ns, name) => pods.lookup(ns, name),
+    }));
+  } else if (opts.kube === 'auto') {
+    logger.info('no in-cluster service account and no --kubeconfig: running without the Kubernetes API');
+  }
   const pipeline = new AgentPipeline({ tracker, sources, sinks, health, logger, tickMs: Math.min(opts.pollMs, 1000), now });
   await pipeline.start();
   collectorSink?.start();
