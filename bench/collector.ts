@@ -8,16 +8,13 @@
  * run on the collector's event loop); the collector runs in this process via startCollector().
  */
 import { spawn } from 'node:child_process';
-import { createServer } from 'node:http';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { randomUUID } from 'node:crypto';
 import { silentLogger } from '../common/log.js';
 import { startCollector, type RunningCollector } from '../collector/run.js';
 import type { PullRecord } from '../agent/model/pulls.js';
-import type { WebhookPayload } from '../collector/notifiers/webhook.js';
 import { startPostgres } from '../test/harness/postgres.js';
 
 const TOKEN = 'bench-token';
@@ -60,6 +57,47 @@ if (a.mode === 'events') {
   };
   await Promise.all(Array.from({ length: a.concurrency }, worker));
   process.stdout.write(JSON.stringify({ seconds: (performance.now() - t0) / 1000, statuses }) + '\n');
+} else if (a.mode === 'latency') {
+  // receiver + sender in this process (same clock): print the receiver port, read the collector URL on stdin
+  const sentAt = new Map();
+  const lat = [];
+  const server = http.createServer((req, res) => {
+    const chunks = [];
+    req.on('data', (d) => chunks.push(d));
+    req.on('end', () => {
+      const now = performance.now();
+      try {
+        const p = JSON.parse(Buffer.concat(chunks).toString());
+        const t = p.type === 'firing' ? sentAt.get(p.incident.node) : undefined;
+        if (t !== undefined) { lat.push(now - t); sentAt.delete(p.incident.node); }
+      } catch {}
+      res.end('ok');
+    });
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  process.stdout.write('RECEIVER ' + server.address().port + '\n');
+  const url = await new Promise((resolve) => { let b = ''; process.stdin.on('data', (d) => { b += d; const m = /GO (\S+)/.exec(b); if (m) resolve(m[1]); }); });
+  const cu = new URL(url);
+  u.hostname = cu.hostname; u.port = cu.port;
+  const total = a.rate * a.seconds;
+  const t0 = performance.now();
+  const posts = [];
+  for (let i = 0; i < total; i++) {
+    const wait = t0 + (i * 1000) / a.rate - performance.now();
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    const node = 'lat-node-' + i;
+    const reg = 'r' + i + '.example.com';
+    const pull = a.pull.replace('__STATE__', 'stalled').replace('"registry":"registry.example.com"', '"registry":"' + reg + '"').replace('"image":"registry.example.com/', '"image":"' + reg + '/');
+    const body = '{"node":"' + node + '","agentVersion":"0.1.0","events":[{"id":"' + node + '-' + Date.now() + '","at":"' + new Date().toISOString() + '","kind":"stalled","pull":' + pull + '}]}';
+    sentAt.set(node, performance.now());
+    posts.push(post('/v1/events', body).then(count));
+  }
+  await Promise.all(posts);
+  const deadline = Date.now() + 20000;
+  while (lat.length < total && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  server.close();
+  process.stdout.write(JSON.stringify({ seconds: (performance.now() - t0) / 1000, sent: total, latencies: lat, statuses }) + '\n');
+  process.exit(0);
 } else {
   // heartbeats: a.nodes nodes, each every a.interval seconds, for a.seconds
   const perSecond = a.nodes / a.interval;
@@ -128,59 +166,75 @@ function percentile(xs: number[], p: number): number {
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))] ?? NaN;
 }
 
+/**
+ * Event → webhook latency against the real `pullwatch collector` process: a separate load process
+ * posts one stall (its own registry: its own incident) every 10 ms and receives the webhooks, so
+ * send and receive times come from one clock.
+ */
 async function webhookLatency(dir: string, seconds: number): Promise<{ p50: number; p99: number; delivered: number; sent: number; cpuPercent: number }> {
-  const sentAt = new Map<string, number>();
-  const latencies: number[] = [];
-  const server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (d: Buffer) => chunks.push(d));
-    req.on('end', () => {
-      const now = performance.now();
-      try {
-        const p = JSON.parse(Buffer.concat(chunks).toString()) as WebhookPayload;
-        const t = p.type === 'firing' ? sentAt.get(p.incident.node ?? '') : undefined;
-        if (t !== undefined) latencies.push(now - t);
-      } catch { /* ignore */ }
-      res.end('ok');
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-  const port = (server.address() as { port: number }).port;
-  const c = await startCollector({
-    listen: '127.0.0.1:0', db: join(dir, 'latency.db'), tokens: [TOKEN], webhooks: [`http://127.0.0.1:${port}/hook`], webhookSecret: 'bench',
-    dashboard: false, rateLimit: { perSecond: 1000, burst: 1000 },
-  }, silentLogger());
-  const rate = 100;
-  const total = rate * seconds;
-  const pull = JSON.parse(pullTemplate().replace('__STATE__', 'stalled')) as PullRecord;
-  const cpu0 = process.cpuUsage();
-  const w0 = performance.now();
+  const file = join(dir, 'loadgen.mjs');
+  writeFileSync(file, LOADGEN);
+  const gen = spawn(process.execPath, [file, JSON.stringify({ mode: 'latency', url: 'http://127.0.0.1:1', token: TOKEN, rate: 100, seconds, concurrency: 64, pull: pullTemplate() })], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let genOut = '';
+  let genErr = '';
+  gen.stdout.on('data', (d: Buffer) => { genOut += d.toString(); });
+  gen.stderr.on('data', (d: Buffer) => { genErr += d.toString(); });
+  const genExit = new Promise<void>((r) => gen.once('exit', () => r()));
+  const port = await waitLine(() => /RECEIVER (\d+)/.exec(genOut)?.[1], () => genErr, 30_000);
+  const c = await spawnCli(dir, 'latency.db', ['--webhook', `http://127.0.0.1:${port}/hook`]);
   try {
+    const s0 = procStat(c.pid);
     const t0 = performance.now();
-    const posts: Promise<unknown>[] = [];
-    for (let i = 0; i < total; i++) {
-      const due = t0 + (i * 1000) / rate;
-      const wait = due - performance.now();
-      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-      const node = `lat-node-${i}`;
-      // a distinct registry per event: each stall is its own incident (no grouping)
-      const ev = { id: randomUUID(), at: new Date().toISOString(), kind: 'stalled', pull: { ...pull, image: `r${i}.example.com/app:1`, registry: `r${i}.example.com` } };
-      sentAt.set(node, performance.now());
-      posts.push(fetch(`${c.url}/v1/events`, {
-        method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ node, agentVersion: '0.1.0', events: [ev] }),
-      }).then((r) => r.arrayBuffer()));
-    }
-    await Promise.all(posts);
-    const deadline = Date.now() + 20_000;
-    while (latencies.length < total && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-    const cpu = process.cpuUsage(cpu0);
-    const cpuPercent = ((cpu.user + cpu.system) / 1000 / (performance.now() - w0)) * 100;
-    return { p50: percentile(latencies, 50), p99: percentile(latencies, 99), delivered: latencies.length, sent: total, cpuPercent };
+    gen.stdin.write(`GO ${c.url}\n`);
+    await genExit;
+    const s1 = procStat(c.pid);
+    const r = JSON.parse(genOut.trim().split('\n').pop() ?? '{}') as { latencies?: number[]; sent?: number };
+    if (!r.latencies) throw new Error(`latency load failed: ${genErr.slice(-500)}`);
+    const cpuPercent = ((s1.cpuTicks - s0.cpuTicks) / 100 / ((performance.now() - t0) / 1000)) * 100;
+    return { p50: percentile(r.latencies, 50), p99: percentile(r.latencies, 99), delivered: r.latencies.length, sent: r.sent ?? 0, cpuPercent };
   } finally {
+    if (gen.exitCode === null && gen.pid) { try { process.kill(gen.pid, 'SIGKILL'); } catch { /* gone */ } }
     await c.stop();
-    server.closeAllConnections();
-    await new Promise<void>((r) => server.close(() => r()));
+  }
+}
+
+async function waitLine(get: () => string | undefined, err: () => string, timeoutMs: number): Promise<string> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = get();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out: ${err().slice(-500)}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** The compiled `pullwatch collector` (npm run build first) in its own process. */
+async function spawnCli(dir: string, db: string, extra: string[]): Promise<{ url: string; pid: number; stop(): Promise<void> }> {
+  const bin = fileURLToPath(new URL('../bin/pullwatch.js', import.meta.url));
+  if (!existsSync(fileURLToPath(new URL('../dist/collector/cli.js', import.meta.url)))) throw new Error('this bench runs the compiled CLI: npm run build first');
+  writeFileSync(join(dir, 'token'), `${TOKEN}\n`);
+  // PULLWATCH_BENCH_CPU_PROF=<dir>: write a V8 CPU profile of the collector process there
+  const prof = process.env.PULLWATCH_BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.PULLWATCH_BENCH_CPU_PROF}`] : [];
+  const child = spawn(process.execPath, [...prof, bin, 'collector', '--listen', '127.0.0.1:0', '--db', join(dir, db), '--token-file', join(dir, 'token'), ...extra], {
+    stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, PULLWATCH_LOG_LEVEL: 'warn' },
+  });
+  const pid = child.pid;
+  if (!pid) throw new Error('could not start pullwatch collector');
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  let err = '';
+  child.stderr.on('data', (d: Buffer) => { err += d.toString(); });
+  const stop = async () => {
+    try { process.kill(pid, 'SIGTERM'); } catch { /* gone */ }
+    const t = setTimeout(() => { try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ } }, 10_000);
+    await exited;
+    clearTimeout(t);
+  };
+  try {
+    const url = await waitLine(() => /listening on (http:\/\/\S+)/.exec(err)?.[1], () => err, 30_000);
+    return { url, pid, stop };
+  } catch (e) {
+    await stop();
+    throw e;
   }
 }
 
@@ -197,41 +251,19 @@ function procStat(pid: number): { cpuTicks: number; rssKiB: number; hwmKiB: numb
  * /proc while 5,000 simulated nodes heartbeat every 30 s (1 in 10 with a pull in flight).
  */
 async function heartbeatFleet(dir: string, seconds: number): Promise<{ cpuPercent: number; rssMiB: number; peakRssMiB: number; heartbeats: number; ok: number }> {
-  const bin = fileURLToPath(new URL('../bin/pullwatch.js', import.meta.url));
-  const built = fileURLToPath(new URL('../dist/collector/cli.js', import.meta.url));
-  if (!existsSync(built)) throw new Error('fleet bench runs the compiled CLI: npm run build first');
-  writeFileSync(join(dir, 'token'), `${TOKEN}\n`);
-  const child = spawn(process.execPath, [bin, 'collector', '--listen', '127.0.0.1:0', '--db', join(dir, 'fleet.db'), '--token-file', join(dir, 'token')], {
-    stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, PULLWATCH_LOG_LEVEL: 'warn' },
-  });
-  const pid = child.pid;
-  if (!pid) throw new Error('could not start pullwatch collector');
-  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  const c = await spawnCli(dir, 'fleet.db', []);
   try {
-    const url = await new Promise<string>((resolve, reject) => {
-      let err = '';
-      const t = setTimeout(() => reject(new Error(`collector did not start: ${err}`)), 30_000);
-      child.stderr.on('data', (d: Buffer) => {
-        err += d.toString();
-        const m = /listening on (http:\/\/\S+)/.exec(err);
-        if (m?.[1]) { clearTimeout(t); resolve(m[1]); }
-      });
-      child.once('exit', (code) => { clearTimeout(t); reject(new Error(`collector exited (${code}): ${err.slice(-500)}`)); });
-    });
-    const s0 = procStat(pid);
+    const s0 = procStat(c.pid);
     const t0 = performance.now();
-    const r = await runLoad(dir, { mode: 'heartbeats', url, token: TOKEN, nodes: 5000, interval: 30, seconds, concurrency: 64, pull: pullTemplate() });
-    const s1 = procStat(pid);
+    const r = await runLoad(dir, { mode: 'heartbeats', url: c.url, token: TOKEN, nodes: 5000, interval: 30, seconds, concurrency: 64, pull: pullTemplate() });
+    const s1 = procStat(c.pid);
     const wall = (performance.now() - t0) / 1000;
     return {
       cpuPercent: ((s1.cpuTicks - s0.cpuTicks) / 100 / wall) * 100, rssMiB: s1.rssKiB / 1024, peakRssMiB: s1.hwmKiB / 1024,
       heartbeats: r.sent ?? 0, ok: r.statuses['200'] ?? 0,
     };
   } finally {
-    try { process.kill(pid, 'SIGTERM'); } catch { /* gone */ }
-    const t = setTimeout(() => { try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ } }, 10_000);
-    await exited;
-    clearTimeout(t);
+    await c.stop();
   }
 }
 
@@ -263,7 +295,7 @@ export async function benchCollector(opts: { events?: number; latencySeconds?: n
       out.webhook_latency_p50_ms = Math.round(lat.p50);
       out.webhook_latency_p99_ms = Math.round(lat.p99);
       out.webhook_delivered = `${lat.delivered}/${lat.sent}`;
-      out.webhook_bench_cpu_percent_of_one_core = Number(lat.cpuPercent.toFixed(1));
+      out.webhook_collector_cpu_percent_of_one_core = Number(lat.cpuPercent.toFixed(1));
     }
     // 3. 5,000 nodes heartbeating every 30 s
     if (parts.has('fleet')) {

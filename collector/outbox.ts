@@ -35,6 +35,8 @@ export class OutboxWorker {
   private timer: NodeJS.Timeout | null = null;
   private pumping = false;
   private again = false;
+  /** Rows may be waiting that we have not tried to lease (new rows, or the last lease was full). */
+  private more = true;
   private stopped = false;
   private readonly inflight = new Set<Promise<void>>();
   private readonly abort = new AbortController();
@@ -53,19 +55,27 @@ export class OutboxWorker {
   start(): void { this.tickSoon(0); }
 
   /** New rows were written: look now instead of at the next poll. */
-  wake(): void { void this.pump(); }
+  wake(): void { this.more = true; void this.pump(); }
 
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
+    if (this.soon) clearTimeout(this.soon);
     this.abort.abort();
     await Promise.allSettled([...this.inflight]);
+  }
+
+  private soon: NodeJS.Timeout | null = null;
+  /** Coalesces the re-leases after deliveries finish (one store query for many completions). */
+  private pumpSoon(): void {
+    if (this.soon || this.stopped) return;
+    this.soon = setTimeout(() => { this.soon = null; void this.pump(); }, 5);
   }
 
   private tickSoon(ms: number): void {
     if (this.stopped) return;
     if (this.timer) clearTimeout(this.timer);
-    this.timer = setTimeout(() => { this.timer = null; void this.pump().finally(() => this.tickSoon(this.opts.pollMs)); }, ms);
+    this.timer = setTimeout(() => { this.timer = null; this.more = true; void this.pump().finally(() => this.tickSoon(this.opts.pollMs)); }, ms);
     this.timer.unref?.();
   }
 
@@ -82,12 +92,15 @@ export class OutboxWorker {
       for (;;) {
         this.again = false;
         const room = this.opts.batch - this.inflight.size;
-        if (room <= 0 || this.stopped) break;
+        if (room <= 0 || this.stopped || !this.more) break;
+        this.more = false;
         const rows = await this.store.claimOutbox(this.opts.owner, Date.now(), this.opts.leaseMs, room);
+        // a full lease may have left rows behind; a delivery finishing may unblock the incident's next row
+        if (rows.length === room) this.more = true;
         for (const r of rows) {
           const p: Promise<void> = this.deliver(r)
             .catch((e) => { this.log.warn({ err: (e as Error).message, notifier: r.notifier }, 'outbox: could not record a delivery result'); })
-            .finally(() => { this.inflight.delete(p); void this.pump(); });
+            .finally(() => { this.inflight.delete(p); this.more = true; this.pumpSoon(); });
           this.inflight.add(p);
         }
         if (!rows.length && !this.again) break;

@@ -185,6 +185,7 @@ describe('two collector replicas on one PostgreSQL', () => {
     await waitFor('all firing', () => hook.requests.length >= N);
     await Promise.all(Array.from({ length: N }, (_, i) => post((i % 2 ? b : a).url, `node-${i}`, [agentEvent('completed', { image: `reg${i}.example.com/app:1` }, t + 1)])));
     await waitFor('all resolved', () => hook.requests.length >= 2 * N);
+    await waitFor('all recorded as sent', async () => (await a.store.outboxStats()).sent === 2 * N);
     await new Promise((r) => setTimeout(r, 1000));
     const payloads = hook.requests.map((r) => r.json as WebhookPayload);
     expect(payloads.length).toBe(2 * N);

@@ -129,6 +129,7 @@ describe('notifications through real receivers', () => {
     expect(resolvedAlert.labels).toEqual(alerts[0]!.labels);
     expect(resolvedAlert.endsAt).toBe((hook.requests[1]!.json as WebhookPayload).incident.resolvedAt);
 
+    await waitFor('all recorded as sent', async () => (await c.store.outboxStats()).sent === 6);
     await new Promise((r) => setTimeout(r, 300));
     expect([slack.requests.length, hook.requests.length, am.requests.length]).toEqual([2, 2, 2]);
     const metrics = await (await fetch(`${c.url}/metrics`)).text();
@@ -146,9 +147,10 @@ describe('notifications through real receivers', () => {
     for (let i = 0; i < 5; i++) await postEvents(c.url, `node-${i}`, [agentEvent('stalled', { image: `r${i}.example.com/app:1` }, t)]);
     await postEvents(c.url, 'node-0', [agentEvent('resumed', { image: 'r0.example.com/app:1' }, t + 1)]);
     await waitFor('retries while down', async () => (await c.metrics.notificationsFailed.get()).values.some((v) => v.value >= 6));
-    expect((await c.store.outboxStats()).pending).toBe(6);
+    await waitFor('six pending', async () => (await c.store.outboxStats()).pending === 6);
     await hook.start(port);
     await waitFor('six deliveries', () => hook.requests.length >= 6);
+    await waitFor('six recorded as sent', async () => (await c.store.outboxStats()).sent === 6);
     await new Promise((r) => setTimeout(r, 500));
     const ids = hook.requests.map((r) => (r.json as WebhookPayload).deliveryId);
     expect(ids.length).toBe(6);
@@ -170,7 +172,7 @@ describe('notifications through real receivers', () => {
     const c = await collector({ db: join(dir, 'c.db'), webhooks: [gone.url('/x'), flaky.url('/y')] });
     await postEvents(c.url, 'n1', [agentEvent('stalled', {}, Date.now())]);
     await waitFor('delivered to the flaky one', () => flaky.requests.length === 1);
-    await waitFor('dead-lettered', async () => (await c.store.outboxStats()).dead === 1);
+    await waitFor('one sent, one dead-lettered', async () => { const st = await c.store.outboxStats(); return st.dead === 1 && st.sent === 1; });
     expect(hits503).toBe(2);
     expect(await c.store.outboxStats()).toEqual({ pending: 0, sent: 1, dead: 1 });
     const metrics = await (await fetch(`${c.url}/metrics`)).text();
