@@ -1,0 +1,3 @@
+import { agentScenarios } from './agent-suite.js';
+
+agentScenarios('1.6');
