@@ -91,6 +91,7 @@ export function registerBundle(program: Command): void {
       }
       const out = toStdout ? process.stdout : createWriteStream(flags.output, { mode: 0o600 });
       const progress = flags.progress || process.stderr.isTTY === true;
+      let items = 0;
       const opts: BundleOptions = {
         hostRoot: flags.hostRoot, sinceMs, untilMs, fileCap: flags.fileCap, commandTimeoutMs: flags.commandTimeout,
         redact: flags.redact, exec: flags.exec, gzipLevel, goroutines: flags.goroutines, capturesDir: flags.capturesDir,
@@ -100,7 +101,7 @@ export function registerBundle(program: Command): void {
         ...(flags.agentUrl ? { agentUrl: flags.agentUrl } : {}),
         ...(flags.journalDir ? { journalDir: flags.journalDir } : {}),
         ...(flags.only ? { only: flags.only } : {}),
-        ...(progress ? { onItem: (item, bytes) => process.stderr.write(`\r\x1b[K${item.status.padEnd(9)} ${item.path.slice(0, 60).padEnd(60)} ${formatBytes(bytes)}`) } : {}),
+        ...(progress ? { onItem: (item, bytes) => { items++; process.stderr.write(`\r\x1b[K${items} items, ${formatBytes(bytes)}: ${item.status} ${item.path.slice(0, 60)}`); } } : {}),
       };
       try {
         const m = await writeBundle(opts, out, logger);
