@@ -116,7 +116,7 @@ export class PullTracker {
     switch (o.kind) {
       case 'ingests': this.onIngests(o.runtime, o.at, o.present, o.closed, out); break;
       case 'log': this.onLog(o.at, o.event, out); break;
-      case 'pods': this.onPods(o.pods); break;
+      case 'pods': this.onPods(o.pods, o.at, out); break;
       case 'runtime': this.runtimes.set(o.info.name, { ...this.runtimes.get(o.info.name), ...o.info }); break;
     }
     this.evaluate(out);
@@ -436,7 +436,7 @@ export class PullTracker {
 
   // ---------------------------------------------------------------- pods
 
-  private onPods(pods: PodImageWait[]): void {
+  private onPods(pods: PodImageWait[], at: number, out: Transition[]): void {
     this.waiting.clear();
     for (const pod of pods) {
       const n = parseImageRef(pod.image).normalized;
@@ -444,7 +444,14 @@ export class PullTracker {
       list.push(pod);
       this.waiting.set(n, list);
     }
-    for (const p of this.pulls.values()) p.pods = this.podsFor(p);
+    for (const p of this.pulls.values()) {
+      const before = new Set(p.pods.map((x) => `${x.namespace}/${x.name}`));
+      p.pods = this.podsFor(p);
+      const joined = p.pods.some((x) => !before.has(`${x.namespace}/${x.name}`));
+      // Pods that start waiting on a pull that is already stalled or slow must hear about it too:
+      // the state is announced again (from === to) for them.
+      if (joined && (p.state === 'stalled' || p.state === 'slow')) out.push(this.transition(p.state, p.state, p.state, p, at));
+    }
   }
 
   private podsFor(pull: Pull): PodRef[] {

@@ -7,6 +7,7 @@ export function createLogSink(logger: Logger): Sink {
   return {
     name: 'log',
     handle(t: Transition): void {
+      if (t.from === t.to) return; // re-announced for newly waiting pods: nothing new to log
       const p = t.pull;
       const fields = {
         transition: t.kind, from: t.from, to: t.to, image: p.image, registry: p.registry, pullId: p.id,

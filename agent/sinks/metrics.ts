@@ -63,6 +63,7 @@ export function createMetrics(tracker: PullTracker, health: SourceHealth, nodeNa
   const sink: Sink = {
     name: 'metrics',
     handle(t: Transition): void {
+      if (t.from === t.to) return; // a state announced again for newly waiting pods
       const registryLabel = t.pull.registry || 'unknown';
       transitions.inc({ kind: t.kind, registry: registryLabel });
       if (t.kind === 'stalled') stalls.inc({ registry: registryLabel });

@@ -238,3 +238,19 @@ describe('PullTracker attribution across sources', () => {
     expect(tracker.records()[0]?.layers[0]?.state).toBe('committed');
   });
 });
+
+describe('PullTracker and pods that arrive late', () => {
+  it('announces a stall again (from === to) when pods start waiting on an already stalled pull', () => {
+    let now = T0;
+    const tracker = new PullTracker({ stallAfterMs: 5000, slowBelowBytesPerSecond: 1, now: () => now });
+    tracker.observe({ kind: 'log', at: now, source: 't', event: { type: 'pull-started', component: 'containerd', image: 'nginx:1' } });
+    now += 6000;
+    expect(tracker.tick().map((t) => t.kind)).toEqual(['stalled']);
+    const pods = [{ namespace: 'a', name: 'p', container: 'c', image: 'nginx:1', reason: 'ContainerCreating' }];
+    const again = tracker.observe({ kind: 'pods', at: now, pods });
+    expect(again).toHaveLength(1);
+    expect(again[0]).toMatchObject({ kind: 'stalled', from: 'stalled', to: 'stalled' });
+    expect(again[0]?.pull.pods).toEqual([{ namespace: 'a', name: 'p', container: 'c', reason: 'ContainerCreating' }]);
+    expect(tracker.observe({ kind: 'pods', at: now, pods })).toHaveLength(0);
+  });
+});
