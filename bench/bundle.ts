@@ -122,11 +122,8 @@ await writeBundle({ hostRoot: ${JSON.stringify(root)}, sinceMs: ${since}, untilM
     tars.push(await runTar());
     ourss.push(await runOurs());
     const eng = await runEngine();
-    // V8's young generation grows to 3 x 16 MiB under this allocation pattern; capping it at 4 MiB
-    // (NODE_OPTIONS=--max-semi-space-size=4 in the pod) is the lever for the RSS target.
-    const eng4 = await runEngine(['--max-semi-space-size=4']);
     const base = await timeChild(process.execPath, [cli, '--version']);
-    for (const r of [...tars, ...ourss, eng, eng4]) if (r.code !== 0) throw new Error(`bench child failed: ${r.stderr}`);
+    for (const r of [...tars, ...ourss, eng]) if (r.code !== 0) throw new Error(`bench child failed: ${r.stderr}`);
     const tar = tars.reduce((a, b) => (b.ms < a.ms ? b : a));
     const ours = ourss.reduce((a, b) => (b.ms < a.ms ? b : a));
     const mib = bytes / 1024 ** 2;
@@ -142,8 +139,6 @@ await writeBundle({ hostRoot: ${JSON.stringify(root)}, sinceMs: ${since}, untilM
       bundle_peak_rss_mib: +(Math.max(...ourss.map((o) => o.peakRssBytes)) / 1024 ** 2).toFixed(1),
       bundle_engine_only_seconds: +(eng.ms / 1000).toFixed(2),
       bundle_engine_only_peak_rss_mib: +(eng.peakRssBytes / 1024 ** 2).toFixed(1),
-      bundle_engine_semi4_seconds: +(eng4.ms / 1000).toFixed(2),
-      bundle_engine_semi4_peak_rss_mib: +(eng4.peakRssBytes / 1024 ** 2).toFixed(1),
       node_bare_peak_rss_mib: +((await timeChild(process.execPath, ['-e', '0'])).peakRssBytes / 1024 ** 2).toFixed(1),
       cli_version_peak_rss_mib: +(base.peakRssBytes / 1024 ** 2).toFixed(1),
       tar_peak_rss_mib: +(tar.peakRssBytes / 1024 ** 2).toFixed(1),
