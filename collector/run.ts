@@ -146,7 +146,9 @@ export async function startCollector(opts: CollectorOptions, logger: Logger): Pr
   let processing: Promise<void> | null = null;
   let pending = false;
   let stopped = false;
+  let lockedOut = false;
   const processLoop = async () => {
+    lockedOut = false;
     do {
       pending = false;
       for (;;) {
@@ -158,7 +160,9 @@ export async function startCollector(opts: CollectorOptions, logger: Logger): Pr
           return out;
         });
         if (wrote) outbox.wake();
-        if (n === null || n < batch || stopped) break;
+        // another replica holds the processing lock: look again soon (our events may have missed its step)
+        if (n === null) { lockedOut = true; break; }
+        if (n < batch || stopped) break;
       }
     } while (pending && !stopped);
   };
@@ -166,7 +170,7 @@ export async function startCollector(opts: CollectorOptions, logger: Logger): Pr
     if (processing) { pending = true; return processing; }
     processing = processLoop()
       .catch((e) => { log.warn({ err: (e as Error).message }, 'incident processing failed; will retry'); })
-      .finally(() => { processing = null; });
+      .finally(() => { processing = null; if (lockedOut) scheduleProcess(); });
     return processing;
   };
 
@@ -175,7 +179,7 @@ export async function startCollector(opts: CollectorOptions, logger: Logger): Pr
   let processTimer: NodeJS.Timeout | null = null;
   function scheduleProcess(): void {
     if (processTimer || stopped) return;
-    processTimer = setTimeout(() => { processTimer = null; void processNow(); }, processDelayMs);
+    processTimer = setTimeout(() => { processTimer = null; void processNow(); }, lockedOut ? 50 : processDelayMs);
   }
 
   const app = await buildServer({
