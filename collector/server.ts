@@ -123,7 +123,7 @@ export async function buildServer(o: ServerOptions): Promise<FastifyInstance> {
     if (wait) return reject(reply, 'rate_limited', `node ${parsed.data.node} is over ${o.rateLimit.perSecond} requests/s`, wait);
     await o.store.recordHeartbeat(parsed.data, Date.now());
     o.metrics.heartbeats.inc();
-    const body: HeartbeatResponse & { intervalSeconds: number } = { wireVersion: WIRE_VERSION, ok: true, intervalSeconds: o.heartbeatIntervalSeconds };
+    const body: HeartbeatResponse = { wireVersion: WIRE_VERSION, ok: true, intervalSeconds: o.heartbeatIntervalSeconds };
     return body;
   });
 

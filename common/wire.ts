@@ -180,7 +180,8 @@ export type HeartbeatRuntime = z.infer<typeof HeartbeatRuntimeSchema>;
 export type Heartbeat = z.infer<typeof HeartbeatSchema>;
 
 export interface IngestResponse { wireVersion: number; accepted: number; duplicates: number }
-export interface HeartbeatResponse { wireVersion: number; ok: true }
+/** intervalSeconds: the heartbeat interval the collector asks agents to use (its --heartbeat-interval). */
+export interface HeartbeatResponse { wireVersion: number; ok: true; intervalSeconds?: number }
 export interface ErrorResponse { error: string; reason: string }
 
 // Compile-time: the wire types and the model types are the same shapes.
