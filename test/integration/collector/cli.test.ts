@@ -39,6 +39,9 @@ describe('pullwatch collector (CLI)', () => {
     const noAuth = await fetch(`${url}/v1/heartbeat`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
     expect(noAuth.status).toBe(401);
     expect((await fetch(`${url}/readyz`)).status).toBe(200);
+    const dash = await fetch(`${url}/`); // the dashboard plugin is registered by the server
+    expect(dash.status).toBe(200);
+    expect(dash.headers.get('content-type')).toMatch(/^text\/html/);
     expect(existsSync(join(dir, 'sub', 'c.db'))).toBe(true);
     process.emit('SIGTERM');
     await run;
