@@ -251,6 +251,8 @@ export function redactText(text: string, counts: RedactionCounts = {}): string {
 export class StreamRedactor {
   private carry = '';
   private inPem = false;
+  /** Set when lines() ran the rules on any line (its output may differ from its input). */
+  private touched = false;
   readonly counts: RedactionCounts;
 
   constructor(counts: RedactionCounts = {}, private readonly maxLine = 256 * 1024, private readonly overlap = 16 * 1024) {
@@ -258,6 +260,23 @@ export class StreamRedactor {
   }
 
   push(chunk: Buffer): Buffer {
+    // Fast path (not inside a PEM block, the data has a newline): redact the whole lines and, when
+    // no line even held a hint, hand back a copy of the input bytes without building output
+    // strings (most chunks of a log). Everything else goes through pushString.
+    if (!this.inPem) {
+      const data = this.carry ? Buffer.concat([Buffer.from(this.carry, 'latin1'), chunk]) : chunk;
+      const lastNl = data.lastIndexOf(10);
+      if (lastNl >= 0) {
+        this.carry = '';
+        const head = data.subarray(0, lastNl + 1);
+        this.touched = false;
+        const out = this.lines(head.toString('latin1'));
+        const headOut = this.touched ? Buffer.from(out, 'latin1') : Buffer.from(head);
+        if (lastNl + 1 === data.length) return headOut;
+        const more = this.pushString(data.subarray(lastNl + 1).toString('latin1'));
+        return more ? Buffer.concat([headOut, Buffer.from(more, 'latin1')]) : headOut;
+      }
+    }
     return Buffer.from(this.pushString(chunk.toString('latin1')), 'latin1');
   }
 
@@ -322,6 +341,7 @@ export class StreamRedactor {
   }
 
   private line(line: string): string {
+    this.touched = true;
     if (this.inPem) {
       const endM = PEM_END.exec(line);
       if (!endM) return this.maskPemBody(line);
