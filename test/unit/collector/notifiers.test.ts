@@ -1,3 +1,4 @@
+import { createHmac } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { createServer, type AddressInfo } from 'node:net';
 import { backoffMs } from '../../../collector/outbox.js';
@@ -38,11 +39,15 @@ describe('notifier helpers', () => {
   });
 
   it('signs timestamp.body with HMAC-SHA256 and rejects stale or altered deliveries', () => {
-    const sig = signWebhook('k', '1700000000', '{"a":1}');
+    const body = '{"a":1,"timestamp":1700000000}';
+    const sig = signWebhook('k', body);
+    expect(sig).toBe(`sha256=${createHmac('sha256', 'k').update(body).digest('hex')}`);
     expect(sig).toMatch(/^sha256=[0-9a-f]{64}$/);
-    expect(verifyWebhook('k', '1700000000', '{"a":1}', sig, 1700000000_000)).toBe(true);
-    expect(verifyWebhook('k', '1700000000', '{"a":2}', sig, 1700000000_000)).toBe(false);
-    expect(verifyWebhook('k', '1700000000', '{"a":1}', sig, 1700000000_000 + 301_000)).toBe(false);
+    expect(verifyWebhook('k', '1700000000', body, sig, 1700000000_000)).toBe(true);
+    expect(verifyWebhook('k', '1700000000', '{"a":2,"timestamp":1700000000}', sig, 1700000000_000)).toBe(false);
+    expect(verifyWebhook('k', '1700000000', body, sig, 1700000000_000 + 301_000)).toBe(false);
+    // a replay with a fresh header timestamp does not match the signed one in the body
+    expect(verifyWebhook('k', '1700000300', body, sig, 1700000300_000)).toBe(false);
   });
 
   it('formats a registry incident for Alertmanager and Slack', () => {
