@@ -1,5 +1,6 @@
 /**
- * Builds every kustomization under manifests/ with the real `kubectl kustomize` and validates every
+ * Builds every kustomization under manifests/ with the real `kubectl kustomize` (or Debian's
+ * `kustomize build` where kubectl is absent) and validates every
  * object it renders:
  *  - against the Kubernetes v1.36 OpenAPI schemas compiled into kubernetes-models 5.x (types,
  *    required fields, enums, formats); ServiceMonitor against the prometheus-operator CRD schema
@@ -18,12 +19,17 @@ import * as k8s from '@kubernetes/client-node';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const KUBECTL = process.env.PULLWATCH_KUBECTL ?? '/usr/bin/kubectl';
+/** Debian's kustomize package: the same kustomize that kubectl embeds, for machines without kubectl. */
+const KUSTOMIZE = process.env.PULLWATCH_KUSTOMIZE ?? '/usr/bin/kustomize';
 const KUSTOMIZATIONS = ['base', 'overlays/postgres', 'overlays/tune', 'overlays/servicemonitor'];
 type Json = Record<string, unknown>;
 
 function build(dir: string): Json[] {
-  if (!existsSync(KUBECTL)) throw new Error(`kubectl not found at ${KUBECTL} (needed for kubectl kustomize)`);
-  const out = execFileSync(KUBECTL, ['kustomize', join(ROOT, 'manifests', dir)], { encoding: 'utf8', timeout: 60_000 });
+  const target = join(ROOT, 'manifests', dir);
+  let out: string;
+  if (existsSync(KUBECTL)) out = execFileSync(KUBECTL, ['kustomize', target], { encoding: 'utf8', timeout: 60_000 });
+  else if (existsSync(KUSTOMIZE)) out = execFileSync(KUSTOMIZE, ['build', target], { encoding: 'utf8', timeout: 60_000 });
+  else throw new Error(`neither kubectl (${KUBECTL}) nor kustomize (${KUSTOMIZE}; Debian package kustomize) found: cannot build the kustomizations`);
   return parseAllDocuments(out).map((d) => d.toJSON() as Json).filter((o) => o && typeof o === 'object');
 }
 
