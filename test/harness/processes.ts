@@ -15,22 +15,36 @@ let hooked = false;
 function hook(): void {
   if (hooked) return;
   hooked = true;
-  process.on('exit', () => {
-    for (const pid of live.keys()) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // already gone
-      }
+  process.on('exit', cleanupNow);
+  // Test runners end their workers with a signal (no 'exit' event then): clean up, then let the
+  // signal do what it would have done.
+  for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) {
+    const onSignal = (): void => {
+      cleanupNow();
+      process.off(sig, onSignal);
+      if (process.listenerCount(sig) === 0) process.kill(process.pid, sig);
+    };
+    process.on(sig, onSignal);
+  }
+}
+
+function cleanupNow(): void {
+  for (const pid of live.keys()) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // already gone
     }
-    for (const dir of dirs) {
-      try {
-        rmSync(dir, { recursive: true, force: true });
-      } catch {
-        // best effort (e.g. a mount still inside)
-      }
+  }
+  for (const dir of dirs) {
+    try {
+      rmSync(dir, { recursive: true, force: true });
+    } catch {
+      // best effort (e.g. a mount still inside)
     }
-  });
+  }
+  live.clear();
+  dirs.clear();
 }
 
 /** Registers a temp dir to delete at process exit if its owner did not remove it. */
