@@ -49,6 +49,8 @@ export interface BundleOptions {
   /** Replace the item table (tests, benchmarks). */
   items?: ItemSpec[];
   gzipLevel?: number;
+  /** The process whose namespaces nsenter joins (default 1: the host's init, with hostPID). */
+  hostPid?: number;
   /** PATH searched for this image's own tools (default: process PATH). */
   toolPath?: string;
   /** Called after each item (progress). */
@@ -142,9 +144,11 @@ export async function which(tool: string, pathEnv: string | undefined): Promise<
 async function resolveArgv(ctx: Ctx, argv: string[]): Promise<{ run: string[]; via: 'nsenter' | 'local' } | null> {
   const tool = argv[0]!;
   if (ctx.mode === 'nsenter') {
+    const pid = String(ctx.o.hostPid ?? 1);
     for (const d of HOST_PATH_DIRS) {
-      if (await isExecutable(join('/proc/1/root', d, tool))) {
-        return { run: ['nsenter', '-t', '1', '-m', '-u', '-i', '-n', '-p', '--', join(d, tool), ...argv.slice(1)], via: 'nsenter' };
+      if (await isExecutable(join('/proc', pid, 'root', d, tool))) {
+        const nsenter = (await which('nsenter', ctx.env.PATH)) ?? (await which('nsenter', process.env.PATH ?? HOST_PATH_DIRS.join(':'))) ?? 'nsenter';
+        return { run: [nsenter, '-t', pid, '-m', '-u', '-i', '-n', '-p', '--', join(d, tool), ...argv.slice(1)], via: 'nsenter' };
       }
     }
   }
@@ -342,7 +346,7 @@ async function collectCommand(ctx: Ctx, spec: Extract<ItemSpec, { kind: 'command
   if (spec.needs === 'containerd-socket') {
     const sock = ctx.o.containerdSocket ?? (ctx.mode === 'nsenter' ? '/run/containerd/containerd.sock' : hostPath(ctx.o.hostRoot, '/run/containerd/containerd.sock'));
     argv = [argv[0]!, '--address', sock, '--connect-timeout', '5s', ...argv.slice(1)];
-    const sockSeen = ctx.mode === 'nsenter' && !ctx.o.containerdSocket ? join('/proc/1/root', sock) : sock;
+    const sockSeen = ctx.mode === 'nsenter' && !ctx.o.containerdSocket ? join('/proc', String(ctx.o.hostPid ?? 1), 'root', sock) : sock;
     const st = await fsp.lstat(sockSeen).catch(() => null);
     if (!st?.isSocket()) {
       record(ctx, { path: spec.path, source: 'command', command: argv, status: 'missing', archived: false, bytes: 0, durationMs: Date.now() - t0, error: `containerd socket ${sock} not found` });
@@ -656,7 +660,7 @@ async function expand(ctx: Ctx, name: Extract<ItemSpec, { kind: 'expand' }>['exp
         return;
       }
       await new Promise((r) => setTimeout(r, 1500));
-      const tmp = ctx.mode === 'nsenter' ? '/proc/1/root/tmp' : hostPath(ctx.o.hostRoot, '/tmp');
+      const tmp = ctx.mode === 'nsenter' ? join('/proc', String(ctx.o.hostPid ?? 1), 'root/tmp') : hostPath(ctx.o.hostRoot, '/tmp');
       let names: string[] = [];
       try { names = (await fsp.readdir(tmp)).filter((n) => /^containerd\..*stacks\.log$/.test(n)); } catch { /* none */ }
       for (const n of names) {

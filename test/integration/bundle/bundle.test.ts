@@ -212,6 +212,22 @@ describe('bundle options', () => {
     expect(stdout).not.toMatch(/echo partial; sleep 60/);
   });
 
+  it('--exec nsenter runs host tools in the target\'s namespaces, resolved under /proc/PID/root', async () => {
+    // PID 1 of this sandbox is not ours to enter; a child of the test stands in for it (same code path).
+    const pid = psChild!.pid!;
+    const r = await runBundle('nsenter', { hostRoot: '/', exec: 'nsenter', hostPid: pid, items: [
+      { kind: 'command', path: 'system/uname.txt', argv: ['uname', '-a'] },
+      { kind: 'command', path: 'system/nope.txt', argv: ['pullwatch-no-such-tool'] },
+    ] });
+    const u = r.manifest.items[0]!;
+    expect(u).toMatchObject({ status: 'ok', via: 'nsenter' });
+    expect(u.command![0]).toMatch(/\/nsenter$/);
+    expect(u.command!.slice(1, 8)).toEqual(['-t', String(pid), '-m', '-u', '-i', '-n', '-p']);
+    expect(readFileSync(join(r.dir, 'system/uname.txt'), 'utf8')).toMatch(/Linux/);
+    expect(r.manifest.options.exec).toBe('nsenter');
+    expect(r.manifest.items[1]).toMatchObject({ status: 'missing' });
+  });
+
   it('a file that grows while bundled is read to its size at open; the archive stays valid', async () => {
     const grow = join(tree.root, 'var/log/cloud-init.log');
     const { appendFileSync, writeFileSync } = await import('node:fs');
