@@ -4,7 +4,9 @@ import { tmpdir } from 'node:os';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { describe, expect, test } from 'vitest';
 import { buildImage, writeOciArchive } from '../../harness/images.js';
-import { containerdSmoke, MiB, stopLeavesNothing } from './containerd-suite.js';
+import { createCriClient } from '../../harness/cri.js';
+import { isAlive } from '../../harness/processes.js';
+import { containerdSmoke, MiB, push, stopLeavesNothing } from './containerd-suite.js';
 
 const env = containerdSmoke('1.6');
 
@@ -33,6 +35,27 @@ describe('containerd 1.6: ctr path', () => {
       await rm(dir, { recursive: true, force: true });
       await image.remove();
     }
+  });
+});
+
+describe('containerd 1.6: restart', () => {
+  test('restart() keeps root/state (pulled images survive), changes the pid and appends to the same log', async () => {
+    const img = await push(env, [64 * 1024]);
+    const imageRef = await env.cri.pullImage(img.ref);
+    const oldPid = env.containerd.pid;
+    const logBefore = (await env.containerd.readLog()).length;
+    await env.containerd.restart();
+    expect(env.containerd.pid).not.toBe(oldPid);
+    expect(isAlive(oldPid)).toBe(false);
+    const cri = createCriClient(env.containerd.socket);
+    try {
+      expect((await cri.imageStatus(img.ref))?.id).toBe(imageRef);
+    } finally {
+      cri.close();
+    }
+    const log = await env.containerd.readLog();
+    expect(log.length).toBeGreaterThan(logBefore);
+    expect(log.split('containerd successfully booted').length - 1).toBe(2);
   });
 });
 
