@@ -158,8 +158,14 @@ export class PullTracker {
       const ownerId = this.ingestOwner.get(key);
       const owner = ownerId ? this.pulls.get(ownerId) : undefined;
       if (owner) {
-        const better = owner.synthetic || !owner.imageKnown ? this.findPullFor(runtime, ing, owner) : undefined;
-        if (better && better !== owner) this.moveLayer(key, owner, better);
+        if (this.contradicts(owner, ing)) {
+          // Evidence arrived (labels, manifest) that says this blob belongs elsewhere: move it.
+          const better = this.findPullFor(runtime, ing, owner) ?? this.createPullFromIngest(runtime, ing, at, out);
+          if (better !== owner) this.moveLayer(key, owner, better);
+        } else if (owner.synthetic || !owner.imageKnown) {
+          const better = this.findPullFor(runtime, ing, owner);
+          if (better && better !== owner) this.moveLayer(key, owner, better);
+        }
         this.updateLayer(this.pulls.get(this.ingestOwner.get(key) as string) as Pull, key, ing, at, out);
         continue;
       }
@@ -193,6 +199,18 @@ export class PullTracker {
     for (const key of [...this.dormant.keys()]) {
       if (key.startsWith(`${runtime}:`) && !seen.has(key)) this.dormant.delete(key);
     }
+  }
+
+  /** The ingest's own evidence names another repository or manifest than the pull that holds it. */
+  private contradicts(owner: Pull, ing: IngestStatus): boolean {
+    if (owner.synthetic) return false;
+    if (ing.registry && ing.repository) {
+      return !(sameRegistry(owner.registry, ing.registry) && owner.repository === ing.repository);
+    }
+    if (ing.manifestDigest && owner.manifestDigests.size > 0 && !owner.manifestDigests.has(ing.manifestDigest)) {
+      return [...this.pulls.values()].some((p) => p !== owner && p.manifestDigests.has(ing.manifestDigest as string));
+    }
+    return false;
   }
 
   private claimedByKnownPull(runtime: RuntimeName, ing: IngestStatus): boolean {
@@ -338,6 +356,14 @@ export class PullTracker {
     this.ingestOwner.set(key, to.id);
     if (layer.manifestDigest) to.manifestDigests.add(layer.manifestDigest);
     if (layer.lastProgressAt > to.lastProgressAt) to.lastProgressAt = layer.lastProgressAt;
+    // The pull it left only progressed when its own blobs did.
+    let last = from.startedAt;
+    for (const l of from.layers.values()) last = Math.max(last, l.lastProgressAt);
+    from.lastProgressAt = last;
+    const at = this.opts.now();
+    this.refreshPullBytes(from, at);
+    this.refreshPullBytes(to, at);
+    from.window.reset(at, from.bytesSeen);
     if (from.synthetic && from.layers.size === 0) this.pulls.delete(from.id);
   }
 

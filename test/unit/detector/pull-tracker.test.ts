@@ -254,3 +254,24 @@ describe('PullTracker and pods that arrive late', () => {
     expect(tracker.observe({ kind: 'pods', at: now, pods })).toHaveLength(0);
   });
 });
+
+describe('PullTracker re-attribution', () => {
+  it('moves a blob guessed onto the only open pull once its labels name another repository', () => {
+    let now = T0;
+    const tracker = new PullTracker({ stallAfterMs: 5000, slowBelowBytesPerSecond: 1, now: () => now });
+    const log = (image: string) => tracker.observe({ kind: 'log', at: now, source: 't', event: { type: 'pull-started', component: 'containerd', image } });
+    const poll = (present: IngestStatus[]) => tracker.observe({ kind: 'ingests', at: now, runtime: 'containerd', source: 'fs', present, closed: [] });
+    log('127.0.0.1:5000/a:v1');
+    const a = { key: 'ka', ref: 'r', blobKind: 'layer' as const, digest: 'sha256:a', offset: 10, lastWriteAt: now };
+    const b = { key: 'kb', ref: 'r', blobKind: 'layer' as const, digest: 'sha256:b', offset: 20, lastWriteAt: now };
+    poll([a, b]); // no labels yet, and B's log line is late: both are guessed onto A
+    now += 500;
+    log('127.0.0.1:5000/b:v1');
+    now += 500;
+    poll([{ ...a, registry: '127.0.0.1', repository: 'a' }, { ...b, registry: '127.0.0.1', repository: 'b' }]);
+    const recs = tracker.records();
+    expect(recs.find((r) => r.image.endsWith('/a:v1'))?.layers.map((l) => l.digest)).toEqual(['sha256:a']);
+    expect(recs.find((r) => r.image.endsWith('/b:v1'))?.layers.map((l) => l.digest)).toEqual(['sha256:b']);
+    expect(recs.find((r) => r.image.endsWith('/b:v1'))?.bytesDone).toBe(20);
+  });
+});
