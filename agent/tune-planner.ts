@@ -36,11 +36,9 @@ export function createTunePlanner(o: {
         const deadline = runtimeDeadlineMs(result);
         o.observe({
           kind: 'runtime', at: Date.now(),
-          info: {
-            name: name as RuntimeName,
-            ...(result.runtime.version ? { version: result.runtime.version } : {}),
-            ...(deadline !== undefined ? { pullDeadlineMs: deadline } : {}),
-          },
+          // Only the deadline: the version the runtime itself reports (socket) is better evidence
+          // than the binary found under --host-root.
+          info: { name: name as RuntimeName, ...(deadline !== undefined ? { pullDeadlineMs: deadline } : {}) },
         });
       }
       return result;

@@ -555,9 +555,14 @@ export class PullTracker {
     for (const l of pull.layers.values()) {
       if (l.done === 'no') {
         l.state = state === 'completed' ? 'committed' : 'aborted';
-        if (state === 'completed') l.done = 'committed';
+        if (state === 'completed') {
+          l.done = 'committed';
+          // containerd writes `data` in 1 MiB steps: the runtime's "pulled" can come before we saw the last one.
+          if (l.bytesTotal !== null) l.bytesDone = l.bytesTotal;
+        }
       }
     }
+    if (state === 'completed') this.refreshPullBytes(pull, at);
     for (const key of pull.layers.keys()) {
       this.ingestOwner.delete(key);
       // Left-over ingests of a cancelled/failed pull stay on disk: remember them as dormant, not stalled.
