@@ -6,6 +6,7 @@ type Bench = () => Promise<Record<string, number | string>>;
 
 const BENCHES: Record<string, () => Promise<Bench>> = {
   'detection-latency': async () => (await import('./detection-latency.js')).benchDetectionLatency,
+  bundle: async () => (await import('./bundle.js')).benchBundle,
   collector: async () => (await import('./collector.js')).benchCollector,
   ingest: async () => (await import('./ingest.js')).benchIngestPoll,
   tune: async () => (await import('./tune.js')).benchTune,

@@ -89,7 +89,7 @@ function readSecret(path: string, what: string): string {
   try {
     return readFileSync(path, 'utf8').trim();
   } catch (e) {
-    throw new Error(`cannot read ${what} file ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+    throw new Error(`cannot read ${what} file ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`, { cause: e });
   }
 }
 

@@ -21,6 +21,8 @@ command -v nsenter >/dev/null || need+=(util-linux)
 command -v ip >/dev/null || need+=(iproute2)
 command -v ps >/dev/null || need+=(procps)
 command -v tar >/dev/null || need+=(tar)
+command -v openssl >/dev/null || need+=(openssl)
+command -v setpriv >/dev/null || need+=(util-linux)
 
 updated=0
 apt_update() { if [ "$updated" = 0 ]; then $SUDO apt-get update -qq; updated=1; fi; }

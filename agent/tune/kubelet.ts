@@ -119,9 +119,9 @@ export async function loadKubeletConfig(fs: HostFs, flags: Map<string, Flag>, fa
     const flag = flagName ? flags.get(flagName) : undefined;
     if (flag) {
       const raw = flag.value ?? 'true';
-      let value: number | boolean | null = null;
-      if (key === 'serializeImagePulls') value = raw === 'true' ? true : raw === 'false' ? false : null;
-      else value = Number.isFinite(Number(raw)) ? Number(raw) : null;
+      const value: number | boolean | null = key === 'serializeImagePulls'
+        ? (raw === 'true' ? true : raw === 'false' ? false : null)
+        : (Number.isFinite(Number(raw)) ? Number(raw) : null);
       v = { raw, value, source: { kind: 'flag', path: flag.origin.path, line: flag.origin.line, flag: `--${flag.name}` } };
       if (value === null) { v.error = `--${flag.name}=${raw} is not a valid value`; view.errors.push(v.error); }
     }

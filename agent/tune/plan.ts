@@ -209,7 +209,7 @@ function legacyFlagSetting(layout: NodeLayout, rec: DeadlineRecommendation): Tun
       recommendation: { value: null, display: '—', apply: false, manual: false, reason: dead ? 'the runtime deadline above is what governs pulls' : `set --image-pull-progress-deadline=${formatDuration(rec.valueMs)}` },
     };
   }
-  let ms: number | null = null;
+  let ms: number | null;
   try { ms = flag.value ? parseDuration(flag.value) : null; } catch { ms = null; }
   return {
     ...base,

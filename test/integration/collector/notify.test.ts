@@ -167,7 +167,7 @@ describe('notifications through real receivers', () => {
     flaky.status = (i) => (i < 2 ? 503 : 200);
     let hits503 = 0;
     const orig = flaky.status;
-    flaky.status = (i) => { const s = orig(hits503); if (s === 503) hits503++; return s; };
+    flaky.status = (_i) => { const s = orig(hits503); if (s === 503) hits503++; return s; };
     const dir = tempDir();
     const c = await collector({ db: join(dir, 'c.db'), webhooks: [gone.url('/x'), flaky.url('/y')] });
     await postEvents(c.url, 'n1', [agentEvent('stalled', {}, Date.now())]);

@@ -77,7 +77,9 @@ describe('tune on real containerd 1.7', () => {
   test('plan → apply --restart (gated on in-flight pulls) → config dump → held pull cancelled at the applied deadline', async () => {
     const root = await asHostRoot(c);
     const now = new Date();
-    let { plan, layout } = await computePlanWithLayout({ hostRoot: root, history: null, deadlineOverrideMs: 12_000, now });
+    const first = await computePlanWithLayout({ hostRoot: root, history: null, deadlineOverrideMs: 12_000, now });
+    const layout = first.layout;
+    let plan = first.plan;
     expect(plan.runtime).toMatchObject({ name: 'containerd', family: '1.7.10+' });
     const rt = plan.settings.find((s) => s.id === 'runtime.pullProgressTimeout')!;
     expect(rt.source).toMatchObject({ kind: 'file', path: '/config.toml' });
@@ -105,7 +107,7 @@ describe('tune on real containerd 1.7', () => {
     expect(restarts).toEqual([pidBefore]);
     expect(c.pid).not.toBe(pidBefore);
     expect(timeoutFromDump(await containerdConfigDump(new HostFs(root), defaultExec, '/usr/bin/containerd', '/config.toml'))).toBe('12s');
-    ({ plan, layout } = await computePlanWithLayout({ hostRoot: root, history: null, deadlineOverrideMs: 12_000, now }));
+    ({ plan } = await computePlanWithLayout({ hostRoot: root, history: null, deadlineOverrideMs: 12_000, now }));
     expect(plan.settings.find((s) => s.id === 'runtime.pullProgressTimeout')!.recommendation.apply).toBe(false);
 
     // the restarted containerd cancels a held pull at the new deadline
