@@ -21,7 +21,6 @@ DOCKERD=${PULLWATCH_DOCKERD_BIN:-/usr/sbin/dockerd}
 DOCKER_CLI=${PULLWATCH_DOCKER_CLI:-/usr/bin/docker}
 SUITE=bookworm
 IMAGE=pullwatch-test/pullwatch:test
-BASE=pullwatch-test/node-base:${SUITE}
 started=$(date +%s)
 
 log() { printf 'test-image: %s\n' "$*" >&2; }
@@ -71,6 +70,7 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT
 
 # ---- 1. the base rootfs (cached) ----------------------------------------------------------------
 mkdir -p "$CACHE"
@@ -130,8 +130,15 @@ for _ in $(seq 1 300); do
 done
 log "dockerd $(docker version --format '{{.Server.Version}}') up (pid $DOCKERD_PID, storage $storage)"
 
-docker import "$ROOTFS_TAR" pullwatch-test/debian:bookworm-minbase >/dev/null
-docker build -q -t "$BASE" "$nodelayer" >/dev/null || fail "could not build the node base image"
+# The base is made once per (rootfs, node, CA bundle) and kept in the cached data root, so that the
+# build's layer cache (apt, npm ci) stays valid across runs.
+base_key=$( { sha256sum "$ROOTFS_TAR" | cut -c1-16; echo "$NODE_VERSION"; sha256sum /etc/ssl/certs/ca-certificates.crt | cut -c1-16; } | sha256sum | cut -c1-12)
+BASE="pullwatch-test/node-base:${SUITE}-${NODE_VERSION}-${base_key}"
+if ! docker image inspect "$BASE" >/dev/null 2>&1; then
+  log "making base image $BASE"
+  docker import "$ROOTFS_TAR" pullwatch-test/debian:bookworm-minbase >/dev/null
+  docker build -q -t "$BASE" "$nodelayer" >/dev/null || fail "could not build the node base image"
+fi
 docker run --rm --network none "$BASE" node --version | grep -qx "$NODE_VERSION" || fail "base image: node does not run"
 
 # ---- 3. build and check ---------------------------------------------------------------------------
