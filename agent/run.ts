@@ -1,4 +1,5 @@
 import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import type { Logger } from '../common/log.js';
 import { pullwatchVersion } from '../cli/version.js';
 import { PullTracker } from './detector/pull-tracker.js';
@@ -7,6 +8,7 @@ import type { AgentState } from './model/agent-state.js';
 import type { PullRecord } from './model/pulls.js';
 import { AgentPipeline } from './pipeline.js';
 import { createCollectorSink } from './sinks/collector/sink.js';
+import { createCaptureSink } from './sinks/capture-sink.js';
 import { createLogSink } from './sinks/log-sink.js';
 import { createMetrics } from './sinks/metrics.js';
 import type { Sink } from './sinks/sink.js';
@@ -37,6 +39,8 @@ export interface AgentOptions {
   kube: 'auto' | 'off';
   /** A kubeconfig instead of the in-cluster service account (tests, running off-cluster). */
   kubeconfig?: string;
+  /** Where stall captures are kept for the bundle (default: captures/ beside the queue dir). */
+  capturesDir?: string;
 }
 
 export interface RunningAgent {
@@ -123,9 +127,16 @@ export async function startAgent(opts: AgentOptions, logger: Logger): Promise<Ru
     logger.info('no in-cluster service account and no --kubeconfig: running without the Kubernetes API');
   }
   const pipeline = new AgentPipeline({ tracker, sources, sinks, health, logger, tickMs: Math.min(opts.pollMs, 1000), now });
+  const tune = createTunePlanner({ hostRoot: opts.hostRoot, tracker, observe: (obs) => pipeline.observe(obs), logger });
+  // First in line so it is closed before the collector client it delivers to.
+  sinks.unshift(createCaptureSink({
+    hostRoot: opts.hostRoot, containerdRoot: opts.containerdRoot, containerdSocket: opts.containerdSocket,
+    dir: opts.capturesDir ?? (opts.queueDir ? join(dirname(opts.queueDir), 'captures') : '/var/lib/pullwatch/captures'),
+    logSources: opts.logSources, logger: logger.child({ sink: 'capture' }), tunePlan: () => tune.plan(),
+    ...(collectorSink ? { deliver: collectorSink.handleCapture.bind(collectorSink) } : {}),
+  }));
   await pipeline.start();
   collectorSink?.start();
-  const tune = createTunePlanner({ hostRoot: opts.hostRoot, tracker, observe: (obs) => pipeline.observe(obs), logger });
   let http: Awaited<ReturnType<typeof startAgentHttp>>;
   try {
     http = await startAgentHttp({

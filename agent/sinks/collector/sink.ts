@@ -70,6 +70,8 @@ export interface CollectorSinkStats {
 }
 
 export interface CollectorSink extends Sink {
+  /** Queues the transition's event with a stall capture attached (sent as a repeat of the stall). */
+  handleCapture(transition: Transition, capture: Record<string, unknown>): void;
   /** Starts the sender and heartbeat loops (events handled before start() are queued). */
   start(): void;
   stats(): CollectorSinkStats;
@@ -357,22 +359,10 @@ export function createCollectorSink(opts: CollectorSinkOptions): CollectorSink {
   return {
     name: 'collector',
     handle(transition: Transition): void {
-      if (closing) return;
-      try {
-        const parsed = AgentEventSchema.safeParse(transitionToEvent(transition));
-        if (!parsed.success) {
-          counters.droppedInvalid++;
-          logger.error({ reason: describeZodError(parsed.error), image: transition.pull.image, kind: transition.kind },
-            'pull transition does not match the wire schema; not queued');
-          return;
-        }
-        queue.append(JSON.stringify(parsed.data));
-      } catch (e) {
-        counters.droppedEnqueueFailed++;
-        logger.error({ err: (e as Error).message, image: transition.pull.image }, 'cannot queue event for the collector');
-        return;
-      }
-      wakeSender?.();
+      enqueue(transition);
+    },
+    handleCapture(transition: Transition, capture: Record<string, unknown>): void {
+      enqueue(transition, capture);
     },
     start(): void {
       if (started || closing) return;
@@ -382,17 +372,39 @@ export function createCollectorSink(opts: CollectorSinkOptions): CollectorSink {
       heartbeatDone = heartbeatLoop().catch((e: unknown) => { logger.error({ err: (e as Error).message }, 'heartbeat loop stopped by an error'); });
     },
     stats,
-    async close(): Promise<void> {
-      if (closing) return;
-      closing = true;
-      // Let a request in flight finish (so its ack is recorded), then stop; cut it after 2 s.
-      stop.abort();
-      wakeSender?.();
-      const grace = setTimeout(() => hardStop.abort(), 2000);
-      await Promise.race([Promise.all([senderDone, heartbeatDone]), sleep(3000, undefined, { ref: false })]);
-      clearTimeout(grace);
-      hardStop.abort();
-      await queue.close();
-    },
+    close,
   };
+
+  function enqueue(transition: Transition, capture?: Record<string, unknown>): void {
+    if (closing) return;
+    try {
+      const event = transitionToEvent(transition);
+      const parsed = AgentEventSchema.safeParse(capture ? { ...event, capture } : event);
+      if (!parsed.success) {
+        counters.droppedInvalid++;
+        logger.error({ reason: describeZodError(parsed.error), image: transition.pull.image, kind: transition.kind },
+          'pull transition does not match the wire schema; not queued');
+        return;
+      }
+      queue.append(JSON.stringify(parsed.data));
+    } catch (e) {
+      counters.droppedEnqueueFailed++;
+      logger.error({ err: (e as Error).message, image: transition.pull.image }, 'cannot queue event for the collector');
+      return;
+    }
+    wakeSender?.();
+  }
+
+  async function close(): Promise<void> {
+    if (closing) return;
+    closing = true;
+    // Let a request in flight finish (so its ack is recorded), then stop; cut it after 2 s.
+    stop.abort();
+    wakeSender?.();
+    const grace = setTimeout(() => hardStop.abort(), 2000);
+    await Promise.race([Promise.all([senderDone, heartbeatDone]), sleep(3000, undefined, { ref: false })]);
+    clearTimeout(grace);
+    hardStop.abort();
+    await queue.close();
+  }
 }

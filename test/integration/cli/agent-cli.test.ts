@@ -74,6 +74,17 @@ describe('pullwatch agent (real process, real ingest layout on disk)', () => {
     expect(logs).toMatch(/pull stalled/);
   });
 
+  it('records a capture of the stall for the bundle (beside the queue dir)', async () => {
+    const { readdirSync, readFileSync } = await import('node:fs');
+    const file = await waitFor('capture file', async () => {
+      try { return readdirSync(join(dir, 'captures')).find((f) => f.endsWith('.json')); } catch { return undefined; }
+    }, 30_000);
+    const cap = JSON.parse(readFileSync(join(dir, 'captures', file), 'utf8')) as { pullId: string; ingests: { entries: Array<{ ref: string }> }; probe: unknown };
+    expect(cap.pullId).toBeTruthy();
+    expect(JSON.stringify(cap.ingests)).toContain(DIGEST);
+    expect(cap.probe).toBeDefined();
+  });
+
   it('pullwatch status --json prints the documented shape', () => {
     const r = run(['status', '--json', '--agent-url', url]);
     expect(r.status).toBe(0);
