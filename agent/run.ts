@@ -80,7 +80,8 @@ async function buildSources(o: AgentOptions, logger: Logger): Promise<Source[]> 
     sources.push(new ContainerdIngestSource({ root: o.containerdRoot, pollMs: o.pollMs, socket: o.containerdSocket }));
   }
   sources.push(...createLogSources(o.logSources, { hostRoot: o.hostRoot, pollMs: Math.min(o.pollMs, 500) }));
-  if (o.dockerRoot && existsSync(o.dockerRoot)) {
+  // A Docker data root that Docker really uses (a hostPath mount may have created an empty one).
+  if (o.dockerRoot && (existsSync(join(o.dockerRoot, 'image')) || existsSync(join(o.dockerRoot, 'tmp')))) {
     // dockerode (and its ssh stack) is loaded only on Docker nodes: memory is a feature.
     const { DockerTmpSource } = await import('./sources/docker/tmp-source.js');
     sources.push(new DockerTmpSource({ dockerRoot: o.dockerRoot, pollMs: o.pollMs, socket: o.dockerSocket }));
