@@ -15,12 +15,12 @@
  *   into the detector (handle() only enqueues).
  */
 import { createHash } from 'node:crypto';
-import { EventsV1Api, PatchStrategy, V1MicroTime, type EventsV1Event, type KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from '../../common/log.js';
 import type { PodImageWait } from '../model/observations.js';
 import type { PodRef, Transition } from '../model/pulls.js';
 import type { Sink } from '../sinks/sink.js';
-import { errorMessage, httpStatusOf, loadKubeConfig, requestOptions, type KubeConfigInput } from './client.js';
+import type { KubeClient } from './api-client.js';
+import { errorMessage, httpStatusOf, makeKubeClient, type KubeConfigInput } from './client.js';
 import { eventForTransition, REPORTING_CONTROLLER, type PullEventSpec } from './event-message.js';
 import { TokenBucket } from './token-bucket.js';
 
@@ -93,9 +93,34 @@ interface Work {
 
 const SOURCE = 'kube-events';
 
+/** The events.k8s.io/v1 Event fields this sink writes. */
+interface EventsV1Event {
+  apiVersion: 'events.k8s.io/v1';
+  kind: 'Event';
+  metadata: { name: string; namespace: string };
+  eventTime: string;
+  reportingController: string;
+  reportingInstance: string;
+  action: string;
+  reason: string;
+  note: string;
+  type: string;
+  regarding: { apiVersion: string; kind: string; namespace: string; name: string; uid?: string; fieldPath?: string };
+}
+
+/** A MicroTime as the API server writes it: RFC 3339 with six fractional digits. */
+export function microTime(ms: number): string {
+  return `${new Date(ms).toISOString().slice(0, -1)}000Z`;
+}
+
+function eventsPath(namespace: string, name?: string): string {
+  const base = `/apis/events.k8s.io/v1/namespaces/${encodeURIComponent(namespace)}/events`;
+  return name === undefined ? base : `${base}/${encodeURIComponent(name)}`;
+}
+
 export class KubeEventsSink implements Sink {
   readonly name = SOURCE;
-  private readonly api: EventsV1Api | undefined;
+  private readonly api: KubeClient | undefined;
   private readonly opts: Required<Omit<KubeEventsSinkOptions, 'kubeConfig' | 'podLookup'>> & Pick<KubeEventsSinkOptions, 'podLookup'>;
   private readonly bucket: TokenBucket;
   private readonly series = new Map<string, Series>();
@@ -106,7 +131,7 @@ export class KubeEventsSink implements Sink {
   private readonly idleWaiters: Array<() => void> = [];
   private readonly counters = { transitions: 0, created: 0, patched: 0, alreadyExisted: 0, coalesced: 0, retries: 0, failed: 0, dropped: 0 };
 
-  constructor(opts: KubeEventsSinkOptions, api?: EventsV1Api) {
+  constructor(opts: KubeEventsSinkOptions, api?: KubeClient) {
     this.opts = {
       nodeName: opts.nodeName,
       logger: opts.logger,
@@ -126,13 +151,11 @@ export class KubeEventsSink implements Sink {
     if (api) {
       this.api = api;
     } else {
-      let kc: KubeConfig | undefined;
       try {
-        kc = loadKubeConfig(opts.kubeConfig);
+        this.api = makeKubeClient(opts.kubeConfig);
       } catch (err) {
         this.opts.logger.warn({ source: SOURCE, err: errorMessage(err) }, 'Kubernetes Events disabled: no API access');
       }
-      this.api = kc?.makeApiClient(EventsV1Api);
     }
   }
 
@@ -163,6 +186,7 @@ export class KubeEventsSink implements Sink {
     this.closed = true;
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
+    this.api?.close();
   }
 
   // ---- queueing -----------------------------------------------------------------------------
@@ -270,10 +294,10 @@ export class KubeEventsSink implements Sink {
   }
 
   private async create(s: Series, work: Work): Promise<void> {
-    const api = this.api as EventsV1Api;
+    const api = this.api as KubeClient;
     const body = this.eventBody(s, work);
     try {
-      await api.createNamespacedEvent({ namespace: s.namespace, body }, requestOptions({ timeoutMs: this.opts.requestTimeoutMs }));
+      await api.postJson(eventsPath(s.namespace), body, { timeoutMs: this.opts.requestTimeoutMs });
     } catch (err) {
       if (httpStatusOf(err) === 409) {
         // A create we retried after its response was lost: the object is there.
@@ -285,13 +309,10 @@ export class KubeEventsSink implements Sink {
   }
 
   private async patchSeries(s: Series, count: number, lastObservedAt: number): Promise<void> {
-    const api = this.api as EventsV1Api;
-    const body = { series: { count, lastObservedTime: new V1MicroTime(lastObservedAt) } };
+    const api = this.api as KubeClient;
+    const body = { series: { count, lastObservedTime: microTime(lastObservedAt) } };
     try {
-      await api.patchNamespacedEvent(
-        { name: s.name, namespace: s.namespace, body },
-        requestOptions({ timeoutMs: this.opts.requestTimeoutMs, headers: { 'Content-Type': PatchStrategy.MergePatch } }),
-      );
+      await api.patch(eventsPath(s.namespace, s.name), body, 'merge', { timeoutMs: this.opts.requestTimeoutMs });
     } catch (err) {
       if (httpStatusOf(err) === 404) {
         // The event expired on the server (event TTL, 1 h by default): start a new series.
@@ -350,7 +371,7 @@ export class KubeEventsSink implements Sink {
       apiVersion: 'events.k8s.io/v1',
       kind: 'Event',
       metadata: { name: s.name, namespace: s.namespace },
-      eventTime: new V1MicroTime(s.firstAt),
+      eventTime: microTime(s.firstAt),
       reportingController: REPORTING_CONTROLLER,
       reportingInstance: this.opts.nodeName.slice(0, 128),
       action: work.spec.action,

@@ -10,3 +10,4 @@ export { eventForTransition, REPORTING_CONTROLLER, type PullEventReason, type Pu
 export { parsePod, waitingContainers, podsQueuedBehind, podsWaitingOn, IMAGE_WAIT_REASONS } from './pods.js';
 export { parseNode, parseRuntimeVersion, type NodeInfo } from './node-info.js';
 export { loadKubeConfig, KubeConfigError, type KubeConfigInput } from './client.js';
+export { KubeClient, KubeApiError, parseKubeConfig, type ResolvedKubeConfig } from './api-client.js';

@@ -17,17 +17,18 @@
  * Emits { kind: 'pods' } with the full current set of waiting containers whenever it changes
  * (coalesced over coalesceMs), and { kind: 'runtime' } when the Node's runtime is known or changes.
  */
-import { CoreV1Api, Watch, type KubeConfig } from '@kubernetes/client-node';
+import { z } from 'zod';
 import type { PodImageWait } from '../model/observations.js';
 import type { Source, SourceContext } from '../sources/source.js';
-import { errorMessage, httpStatusOf, loadKubeConfig, requestOptions, type KubeConfigInput } from './client.js';
+import type { KubeClient } from './api-client.js';
+import { errorMessage, httpStatusOf, makeKubeClient, type KubeConfigInput } from './client.js';
 import { parseNode, type NodeInfo } from './node-info.js';
 import { parsePod, podKey, sortWaits } from './pods.js';
 
 export interface PodWatchOptions {
   /** This node's name (the DaemonSet passes spec.nodeName as PULLWATCH_NODE_NAME). */
   nodeName: string;
-  /** In-cluster service account when undefined; a kubeconfig path or a KubeConfig otherwise. */
+  /** In-cluster service account when undefined or "in-cluster"; a kubeconfig path otherwise. */
   kubeConfig?: KubeConfigInput;
   /** Reconnect a watch that received nothing (not even a bookmark) for this long. Default 90 s. */
   idleTimeoutMs?: number;
@@ -77,8 +78,7 @@ export class PodWatchSource implements Source {
   readonly name = SOURCE;
   private readonly opts: Required<Omit<PodWatchOptions, 'kubeConfig'>> & { kubeConfig?: KubeConfigInput };
   private ctx: SourceContext | undefined;
-  private kc: KubeConfig | undefined;
-  private core: CoreV1Api | undefined;
+  private client: KubeClient | undefined;
   /** Pods on this node that have at least one container waiting on its image. */
   private readonly view = new Map<string, PodImageWait[]>();
   private resourceVersion: string | undefined;
@@ -116,12 +116,11 @@ export class PodWatchSource implements Source {
   async start(ctx: SourceContext): Promise<void> {
     this.ctx = ctx;
     try {
-      this.kc = loadKubeConfig(this.opts.kubeConfig);
+      this.client = makeKubeClient(this.opts.kubeConfig);
     } catch (err) {
       ctx.health.report(SOURCE, 'config', err);
       return;
     }
-    this.core = this.kc.makeApiClient(CoreV1Api);
     this.stopped = false;
     this.loops = [this.podLoop(), this.nodeLoop()];
   }
@@ -135,6 +134,7 @@ export class PodWatchSource implements Source {
     this.emitTimer = undefined;
     await Promise.allSettled(this.loops);
     this.loops = [];
+    this.client?.close();
   }
 
   /** The current view: every container on this node waiting on its image. */
@@ -203,11 +203,17 @@ export class PodWatchSource implements Source {
   }
 
   private async list(consistent: boolean): Promise<void> {
-    const core = this.core as CoreV1Api;
-    const list = await core.listPodForAllNamespaces(
-      { fieldSelector: this.fieldSelector(), resourceVersion: consistent ? undefined : '0' },
-      requestOptions({ timeoutMs: this.opts.requestTimeoutMs }),
-    );
+    const client = this.client as KubeClient;
+    const raw = await client.getJson('/api/v1/pods', {
+      query: { fieldSelector: this.fieldSelector(), resourceVersion: consistent ? undefined : '0' },
+      timeoutMs: this.opts.requestTimeoutMs,
+    });
+    const parsedList = podListSchema.safeParse(raw);
+    if (!parsedList.success) {
+      const first = parsedList.error.issues[0];
+      throw new Error(`invalid PodList from the API server: ${first ? `${first.path.join('.')}: ${first.message}` : 'unknown'}`);
+    }
+    const list = parsedList.data;
     this.counters.lists++;
     const next = new Map<string, PodImageWait[]>();
     for (const item of list.items ?? []) {
@@ -226,14 +232,9 @@ export class PodWatchSource implements Source {
   }
 
   private watchOnce(): Promise<WatchEnd> {
-    const kc = this.kc as KubeConfig;
-    const watch = new Watch(kc);
-    // Watch's own timer bounds the connect phase (its default, 30 s, is shorter than the API
-    // server's ~1 min bookmark interval, so it is raised to the idle limit; the field is private in
-    // the typings). Once streaming, its timer does not end the stream (client-node 1.4 and 2.0: the abort
-    // does not reach the body), so the idle detector below is ours: it aborts through the returned
-    // controller, which does, and resolves without waiting for the stream to notice.
-    (watch as unknown as { requestTimeoutMs: number }).requestTimeoutMs = this.opts.idleTimeoutMs;
+    const client = this.client as KubeClient;
+    // The idle detector below bounds both the connect phase and the stream: nothing (no headers,
+    // no event, no bookmark) for idleTimeoutMs aborts the request and resolves at once.
     const timeoutSeconds = Math.floor(this.opts.watchTimeoutSeconds * (1 + 0.25 * this.opts.random()));
     const query: Record<string, string | number | boolean> = {
       fieldSelector: this.fieldSelector(),
@@ -244,7 +245,7 @@ export class PodWatchSource implements Source {
     this.counters.watchesStarted++;
     return new Promise<WatchEnd>((resolve) => {
       let settled = false;
-      let controller: AbortController | undefined;
+      const controller = new AbortController();
       let idleTimer: NodeJS.Timeout | undefined;
       const settle = (e: WatchEnd): void => {
         if (settled) return;
@@ -253,7 +254,7 @@ export class PodWatchSource implements Source {
         this.endCurrent = undefined;
         this.watching = false;
         if (this.currentAbort === controller) this.currentAbort = undefined;
-        controller?.abort();
+        controller.abort();
         resolve(e);
       };
       const armIdle = (): void => {
@@ -276,12 +277,13 @@ export class PodWatchSource implements Source {
         if (status === 410) { settle({ kind: 'gone', message: errorMessage(err) }); return; }
         settle({ kind: 'error', message: `watch failed${status ? ` (HTTP ${status})` : ''}: ${errorMessage(err)}`, status });
       };
-      watch.watch('/api/v1/pods', query, onEvent, onDone).then((c) => {
-        controller = c;
-        if (settled || this.stopped) { c.abort(); if (!settled) settle({ kind: 'closed' }); return; }
-        this.currentAbort = c;
-        this.watching = true;
-      }, (err: unknown) => onDone(err ?? new Error('watch failed')));
+      if (this.stopped) { settle({ kind: 'closed' }); return; }
+      this.currentAbort = controller;
+      const onOpen = (): void => { if (!settled) this.watching = true; };
+      client.watch('/api/v1/pods', onEvent, { query, signal: controller.signal, onOpen }).then(
+        () => onDone(undefined),
+        (err: unknown) => onDone(err ?? new Error('watch failed')),
+      );
     });
   }
 
@@ -351,8 +353,8 @@ export class PodWatchSource implements Source {
     let failures = 0;
     while (!this.stopped) {
       try {
-        const core = this.core as CoreV1Api;
-        const obj = await core.readNode({ name: this.opts.nodeName }, requestOptions({ timeoutMs: this.opts.requestTimeoutMs }));
+        const client = this.client as KubeClient;
+        const obj = await client.getJson(`/api/v1/nodes/${encodeURIComponent(this.opts.nodeName)}`, { timeoutMs: this.opts.requestTimeoutMs });
         const parsed = parseNode(obj);
         if (!parsed.ok) throw new Error(parsed.error);
         this.node = parsed.node;
@@ -397,6 +399,12 @@ export class PodWatchSource implements Source {
     this.ctx?.health.report(SOURCE, cause, err);
   }
 }
+
+/** What list() relies on; items are validated one by one by parsePod. */
+const podListSchema = z.object({
+  metadata: z.object({ resourceVersion: z.string().optional() }).passthrough().optional(),
+  items: z.array(z.unknown()).nullish(),
+}).passthrough();
 
 function resourceVersionOf(obj: unknown): string | undefined {
   if (obj && typeof obj === 'object') {
