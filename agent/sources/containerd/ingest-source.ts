@@ -12,7 +12,7 @@
  * A present ingest is not proof of an active download: containerd keeps the ingest dirs of
  * cancelled or failed pulls so that a retry can resume. lastWriteAt tells how long it has been idle.
  */
-import { readdirSync, readFileSync, statSync, type Dirent, type Stats } from 'node:fs';
+import { readFileSync, statSync, type Stats } from 'node:fs';
 import { join } from 'node:path';
 import type { ClosedIngest, IngestStatus } from '../../model/observations.js';
 import type { Source, SourceContext } from '../source.js';
@@ -20,6 +20,7 @@ import type { ContainerdClient } from './grpc.js';
 import { isNotFound, isUnavailable } from './grpc-status.js';
 import { distributionSources, parseIngestRef, parseTimestamp, parseTotal, type IngestRef } from './ingest-files.js';
 import { ManifestIndex, pickManifest } from './manifest-index.js';
+import { pollRuntimeDir } from '../poll-dir.js';
 
 export const CONTENT_PLUGIN_DIR = 'io.containerd.content.v1.content';
 
@@ -182,22 +183,15 @@ export class ContainerdIngestSource implements Source {
   private poll(ctx: SourceContext): void {
     this.stats.polls++;
     const now = ctx.now();
-    let entries: Dirent[];
-    try {
-      entries = readdirSync(this.ingestDir, { withFileTypes: true });
-    } catch (err) {
-      if (errCode(err) === 'ENOENT' && statSync(this.opts.root, { throwIfNoEntry: false })?.isDirectory()) {
-        // containerd creates the content store dirs (and ingest/) with the first download: a root
-        // without them has no ingests.
-        entries = [];
-      } else {
-        // No evidence at all (no containerd root yet, or unreadable): emit nothing rather than
-        // report every known ingest as closed. Re-checked every poll, so a root appearing later works.
-        this.report(errCode(err) === 'ENOENT' ? 'root-missing' : 'ingest-dir-unreadable', err);
-        this.rootMissing = true;
-        return;
-      }
+    // containerd creates the content store dirs (and ingest/) with the first download. Without a
+    // root there is no evidence: emit nothing, re-check every poll (a root appearing later works).
+    const listed = pollRuntimeDir(this.ingestDir, this.opts.root);
+    if (!listed.ok) {
+      this.report(listed.cause === 'root-missing' ? 'root-missing' : 'ingest-dir-unreadable', listed.err);
+      this.rootMissing = true;
+      return;
     }
+    const entries = listed.entries;
     if (this.rootMissing) {
       this.rootMissing = false;
       ctx.logger.info({ source: this.name, dir: this.ingestDir }, 'containerd content store found');

@@ -11,11 +11,12 @@
  *
  * With a socket, dockerode asks the engine for its version once (a `runtime` observation).
  */
-import { readdirSync, statSync, type Dirent, type Stats } from 'node:fs';
+import { statSync, type Stats } from 'node:fs';
 import { join } from 'node:path';
 import type Docker from 'dockerode';
 import type { ClosedIngest, IngestStatus } from '../../model/observations.js';
 import type { Source, SourceContext } from '../source.js';
+import { pollRuntimeDir } from '../poll-dir.js';
 
 export interface DockerTmpSourceOptions {
   /** dockerd data root (`data-root`), e.g. /var/lib/docker or /host/var/lib/docker. */
@@ -29,10 +30,6 @@ export interface DockerTmpSourceOptions {
 
 export const DOCKER_BLOB_PREFIX = 'GetImageBlob';
 const VERSION_RETRY_MS = 30_000;
-
-function errCode(err: unknown): string | undefined {
-  return (err as NodeJS.ErrnoException | null)?.code;
-}
 
 export class DockerTmpSource implements Source {
   readonly name: string;
@@ -101,18 +98,14 @@ export class DockerTmpSource implements Source {
   private poll(ctx: SourceContext): void {
     this.stats.polls++;
     const now = ctx.now();
-    let entries: Dirent[];
-    try {
-      entries = readdirSync(this.tmpDir, { withFileTypes: true });
-    } catch (err) {
-      if (errCode(err) === 'ENOENT' && statSync(this.opts.dockerRoot, { throwIfNoEntry: false })?.isDirectory()) {
-        entries = []; // dockerd creates tmp/ at start; a root without it has no downloads
-      } else {
-        this.report(errCode(err) === 'ENOENT' ? 'root-missing' : 'tmp-dir-unreadable', err);
-        this.rootMissing = true;
-        return;
-      }
+    // dockerd creates tmp/ at start; a root without it has no downloads.
+    const listed = pollRuntimeDir(this.tmpDir, this.opts.dockerRoot);
+    if (!listed.ok) {
+      this.report(listed.cause === 'root-missing' ? 'root-missing' : 'tmp-dir-unreadable', listed.err);
+      this.rootMissing = true;
+      return;
     }
+    const entries = listed.entries;
     if (this.rootMissing) {
       this.rootMissing = false;
       ctx.logger.info({ source: this.name, dir: this.tmpDir }, 'docker tmp dir found');
