@@ -18,14 +18,14 @@ function memKiB(pid: number): { rss: number; hwm: number } {
   return { rss: kib('VmRSS'), hwm: kib('VmHWM') };
 }
 
-async function runOnce(api: FakeKubeApi, nodeFlags: string[], waitMs: number): Promise<{ rss: number; hwm: number; watching: boolean }> {
+async function runOnce(api: FakeKubeApi, nodeFlags: string[], waitMs: number, kube = true): Promise<{ rss: number; hwm: number; watching: boolean }> {
   const dir = mkdtempSync(join(tmpdir(), 'pullwatch-bench-kube-rss-'));
   const root = join(dir, 'containerd');
   mkdirSync(root, { recursive: true });
   writeFileSync(join(dir, 'l'), '');
   const bin = resolve(import.meta.dirname, '..', 'bin', 'pullwatch.js');
   const child = spawn(process.execPath, [
-    ...nodeFlags, bin, 'agent', '--kubeconfig', api.writeKubeconfig(dir), '--node-name', NODE, '--listen', '127.0.0.1:0',
+    ...nodeFlags, bin, 'agent', ...(kube ? ['--kubeconfig', api.writeKubeconfig(dir)] : ['--kube', 'off']), '--node-name', NODE, '--listen', '127.0.0.1:0',
     '--containerd-root', root, '--containerd-socket', join(dir, 's'), '--docker-root', join(dir, 'd'),
     '--log-source', `file:${join(dir, 'l')}`, '--queue-dir', join(dir, 'q'), '--log-level', 'error',
   ], { stdio: ['ignore', 'ignore', 'inherit'] });
@@ -56,6 +56,8 @@ export async function benchKubeRss(opts: { waitMs?: number } = {}): Promise<Reco
     const mib = (kib: number): number => Number((kib / 1024).toFixed(1));
     const plain = await runOnce(api, [], waitMs);
     const semi = await runOnce(api, ['--max-semi-space-size=1'], waitMs);
+    // The same agent without the Kubernetes integration, for the difference.
+    const off = await runOnce(api, [], waitMs, false);
     if (!plain.watching || !semi.watching) throw new Error('the agent did not open a pod watch against the in-test API server');
     return {
       'kube_agent.pods_waiting': 50,
@@ -63,6 +65,8 @@ export async function benchKubeRss(opts: { waitMs?: number } = {}): Promise<Reco
       'kube_agent.rss_hwm_MiB': mib(plain.hwm),
       'kube_agent.semi1.rss_MiB': mib(semi.rss),
       'kube_agent.semi1.rss_hwm_MiB': mib(semi.hwm),
+      'kube_off_agent.rss_MiB': mib(off.rss),
+      'kube_off_agent.rss_hwm_MiB': mib(off.hwm),
     };
   } finally {
     await api.close();
