@@ -20,7 +20,7 @@ function procStat(pid: number): { cpuTicks: number; rssKiB: number; hwmKiB: numb
   return { cpuTicks, rssKiB: kib('VmRSS'), hwmKiB: kib('VmHWM') };
 }
 
-export async function benchAgentOverhead(opts: { ingests?: number; linesPerSecond?: number; seconds?: number } = {}): Promise<Record<string, number | string>> {
+export async function overheadOnce(opts: { ingests?: number; linesPerSecond?: number; seconds?: number; nodeFlags?: string[] } = {}): Promise<Record<string, number | string>> {
   const ingests = opts.ingests ?? 200;
   const lps = opts.linesPerSecond ?? 1000;
   const seconds = opts.seconds ?? 30;
@@ -46,7 +46,7 @@ export async function benchAgentOverhead(opts: { ingests?: number; linesPerSecon
   const chunk = Buffer.alloc(4096, 1);
   const bin = resolve(import.meta.dirname, '..', 'bin', 'pullwatch.js');
   const child = spawn(process.execPath, [
-    bin, 'agent', '--kube', 'off', '--listen', '127.0.0.1:0', '--containerd-root', root, '--containerd-socket', join(dir, 'none.sock'),
+    ...(opts.nodeFlags ?? []), bin, 'agent', '--kube', 'off', '--listen', '127.0.0.1:0', '--containerd-root', root, '--containerd-socket', join(dir, 'none.sock'),
     '--docker-root', join(dir, 'no-docker'), '--log-source', `file:${logFile}`, '--poll', '1s', '--log-level', 'error',
     '--queue-dir', join(dir, 'queue'),
   ], { stdio: ['ignore', 'ignore', 'inherit'] });
@@ -94,4 +94,14 @@ export async function benchAgentOverhead(opts: { ingests?: number; linesPerSecon
     try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ }
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/** Side by side: Node's defaults, and the flags the DaemonSet sets (NODE_OPTIONS=--max-semi-space-size=1). */
+export async function benchAgentOverhead(): Promise<Record<string, number | string>> {
+  const out: Record<string, number | string> = {};
+  for (const [label, flags] of [['default', []], ['daemonset_flags', ['--max-semi-space-size=1']]] as const) {
+    const r = await overheadOnce({ nodeFlags: [...flags] });
+    for (const [k, v] of Object.entries(r)) out[k.replace(/^agent\./, `agent.${label}.`)] = v;
+  }
+  return out;
 }

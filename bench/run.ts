@@ -11,6 +11,7 @@ const BENCHES: Record<string, () => Promise<Bench>> = {
   ingest: async () => (await import('./ingest.js')).benchIngestPoll,
   tune: async () => (await import('./tune.js')).benchTune,
   logs: async () => (await import('./logs.js')).benchLogs,
+  'kube-rss': async () => (await import('./kube-rss.js')).benchKubeRss,
   'agent-overhead': async () => (await import('./agent-overhead.js')).benchAgentOverhead,
 };
 
