@@ -163,7 +163,7 @@ describe('manifests (kubectl kustomize + Kubernetes v1.36 schemas)', () => {
     expect((ds.spec as Json).updateStrategy).toEqual({ type: 'RollingUpdate', rollingUpdate: { maxUnavailable: '10%' } });
     const c = container(ds, 'agent');
     expect(c.securityContext).toMatchObject({ privileged: true, runAsUser: 0, readOnlyRootFilesystem: true });
-    expect(c.resources).toEqual({ requests: { cpu: '50m', memory: '128Mi' }, limits: { cpu: '200m', memory: '256Mi' } });
+    expect(c.resources).toEqual({ requests: { cpu: '50m', memory: '96Mi' }, limits: { cpu: '200m', memory: '192Mi' } });
     expect(c.env).toContainEqual({ name: 'NODE_OPTIONS', value: '--max-semi-space-size=1' });
     expect((c.livenessProbe as Json).httpGet).toEqual({ path: '/healthz', port: 'metrics' });
     expect((c.readinessProbe as Json).httpGet).toEqual({ path: '/healthz', port: 'metrics' });
