@@ -32,6 +32,8 @@ export interface TrackerOptions {
   unpackQuietMs?: number;
   /** Give up waiting for the runtime's "pulled" line after this long in unpacking. */
   unpackMaxMs?: number;
+  /** How long a blob whose source is still looking up its origin waits before it is attributed by guess. */
+  attributionWaitMs?: number;
   /** How many finished pulls to keep for history (tune, bundle). */
   keepFinished?: number;
   /** Log events older than this (relative to now) do not start pulls (startup replay of old logs). */
@@ -94,6 +96,8 @@ export class PullTracker {
   private readonly ingestOwner = new Map<string, string>();
   /** Leftover ingests seen idle at first sight: key → last offset seen. */
   private readonly dormant = new Map<string, { offset: number; ingest: IngestStatus; runtime: RuntimeName }>();
+  /** Blobs whose origin the source is still looking up: key → first seen. */
+  private readonly pending = new Map<string, number>();
   private readonly runtimes = new Map<RuntimeName, RuntimeInfo>();
   private readonly waiting = new Map<string, PodImageWait[]>();
   private readonly logsSeenFrom = new Set<RuntimeName>();
@@ -104,6 +108,7 @@ export class PullTracker {
     this.opts = {
       unpackQuietMs: 5_000,
       unpackMaxMs: 10 * 60_000,
+      attributionWaitMs: 5_000,
       keepFinished: 500,
       logReplayHorizonMs: 30 * 60_000,
       ...options,
@@ -181,6 +186,14 @@ export class PullTracker {
           continue;
         }
       }
+      if (ing.attributionPending && !ing.registry && !this.findPullByManifest(runtime, ing)) {
+        // Guessing now could give the blob to the wrong pull for good (small blobs commit before
+        // their labels arrive): wait a little for the source's answer.
+        const since = this.pending.get(key) ?? at;
+        this.pending.set(key, since);
+        if (at - since < this.opts.attributionWaitMs) continue;
+      }
+      this.pending.delete(key);
       const pull = this.findPullFor(runtime, ing) ?? this.createPullFromIngest(runtime, ing, at, out);
       this.addLayer(pull, key, ing, at);
     }
@@ -199,6 +212,9 @@ export class PullTracker {
     for (const key of [...this.dormant.keys()]) {
       if (key.startsWith(`${runtime}:`) && !seen.has(key)) this.dormant.delete(key);
     }
+    for (const key of [...this.pending.keys()]) {
+      if (key.startsWith(`${runtime}:`) && !seen.has(key)) this.pending.delete(key);
+    }
   }
 
   /** The ingest's own evidence names another repository or manifest than the pull that holds it. */
@@ -211,6 +227,14 @@ export class PullTracker {
       return [...this.pulls.values()].some((p) => p !== owner && p.manifestDigests.has(ing.manifestDigest as string));
     }
     return false;
+  }
+
+  private findPullByManifest(runtime: RuntimeName, ing: IngestStatus): Pull | undefined {
+    if (!ing.manifestDigest) return undefined;
+    for (const p of this.pulls.values()) {
+      if (p.runtime === runtime && !p.synthetic && p.manifestDigests.has(ing.manifestDigest)) return p;
+    }
+    return undefined;
   }
 
   private claimedByKnownPull(runtime: RuntimeName, ing: IngestStatus): boolean {

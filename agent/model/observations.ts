@@ -31,6 +31,11 @@ export interface IngestStatus {
   registry?: string;
   repository?: string;
   manifestDigest?: string;
+  /**
+   * The source is still looking up where this blob comes from (containerd labels over the socket):
+   * the detector waits a little for it rather than guessing the pull.
+   */
+  attributionPending?: boolean;
 }
 
 /** An ingest that was present in the previous poll and is gone now. */

@@ -352,6 +352,8 @@ export class ContainerdIngestSource implements Source {
       if (a?.manifestDigest) status.manifestDigest = a.manifestDigest;
       if (a?.registry) status.registry = a.registry;
       if (a?.repository) status.repository = a.repository;
+      if ((ref.blobKind === 'layer' || ref.blobKind === 'config') && this.hasSocket && !this.socketDown
+        && !status.registry && !(a?.labelsDone)) status.attributionPending = true;
       if ((ref.blobKind === 'manifest' || ref.blobKind === 'index') && !this.watchedManifests.has(ref.digest)) {
         this.watchedManifests.add(ref.digest);
       }

@@ -275,3 +275,25 @@ describe('PullTracker re-attribution', () => {
     expect(recs.find((r) => r.image.endsWith('/b:v1'))?.bytesDone).toBe(20);
   });
 });
+
+describe('PullTracker and blobs whose origin is still being looked up', () => {
+  it('waits for the labels instead of guessing, and drops a blob that commits before they arrive', () => {
+    let now = T0;
+    const tracker = new PullTracker({ stallAfterMs: 5000, slowBelowBytesPerSecond: 1, now: () => now, attributionWaitMs: 3000 });
+    const poll = (present: IngestStatus[], closed: Array<{ key: string; committed: boolean }> = []) =>
+      tracker.observe({ kind: 'ingests', at: now, runtime: 'containerd', source: 'fs', present, closed });
+    tracker.observe({ kind: 'log', at: now, source: 't', event: { type: 'pull-started', component: 'containerd', image: '127.0.0.1:5000/b:v1' } });
+    const small = { key: 'ks', ref: 'r', blobKind: 'layer' as const, digest: 'sha256:small-of-a', offset: 10, lastWriteAt: now, attributionPending: true };
+    poll([small]);
+    expect(tracker.records()[0]?.layers).toHaveLength(0); // not guessed onto B, the only open pull
+    now += 1000;
+    poll([], [{ key: 'ks', committed: true }]);
+    expect(tracker.records()[0]?.layers).toHaveLength(0);
+    // a pending blob whose labels never come is attributed by guess after the wait
+    const big = { key: 'kb', ref: 'r', blobKind: 'layer' as const, digest: 'sha256:big', offset: 10, lastWriteAt: now, attributionPending: true };
+    poll([big]);
+    now += 3000;
+    poll([big]);
+    expect(tracker.records()[0]?.layers.map((l) => l.digest)).toEqual(['sha256:big']);
+  });
+});
