@@ -96,8 +96,8 @@ export class PullTracker {
   private readonly ingestOwner = new Map<string, string>();
   /** Leftover ingests seen idle at first sight: key → last offset seen. */
   private readonly dormant = new Map<string, { offset: number; ingest: IngestStatus; runtime: RuntimeName }>();
-  /** Blobs whose origin the source is still looking up: key → first seen. */
-  private readonly pending = new Map<string, number>();
+  /** Blobs whose origin the source is still looking up: key → first seen and last write. */
+  private readonly pending = new Map<string, { since: number; lastWriteAt: number; runtime: RuntimeName }>();
   private readonly runtimes = new Map<RuntimeName, RuntimeInfo>();
   private readonly waiting = new Map<string, PodImageWait[]>();
   private readonly logsSeenFrom = new Set<RuntimeName>();
@@ -189,8 +189,8 @@ export class PullTracker {
       if (ing.attributionPending && !ing.registry && !this.findPullByManifest(runtime, ing)) {
         // Guessing now could give the blob to the wrong pull for good (small blobs commit before
         // their labels arrive): wait a little for the source's answer.
-        const since = this.pending.get(key) ?? at;
-        this.pending.set(key, since);
+        const since = this.pending.get(key)?.since ?? at;
+        this.pending.set(key, { since, lastWriteAt: Math.min(ing.lastWriteAt ?? at, at), runtime });
         if (at - since < this.opts.attributionWaitMs) continue;
       }
       this.pending.delete(key);
@@ -538,10 +538,25 @@ export class PullTracker {
     }
   }
 
+  /** Latest write to a blob of this runtime whose pull is not known yet (it may be this pull's). */
+  private pendingWriteAt(runtime: RuntimeName): number | undefined {
+    let last: number | undefined;
+    for (const p of this.pending.values()) if (p.runtime === runtime && (last === undefined || p.lastWriteAt > last)) last = p.lastWriteAt;
+    return last;
+  }
+
   private nextState(pull: Pull, now: number): PullState {
     const { stallAfterMs, slowBelowBytesPerSecond } = this.opts;
     const inFlight = [...pull.layers.values()].filter((l) => l.done === 'no');
     for (const l of inFlight) l.state = this.layerState(l, now);
+    // Bytes arriving in a blob whose pull is still being looked up may be this pull's: while they
+    // move (at most attributionWaitMs), this pull is neither stalled nor unpacking.
+    // A pull with nothing else in flight keeps its state until the pending blob is placed (≤ attributionWaitMs),
+    // then the blob is judged by its own write times.
+    const pendingAt = pull.synthetic ? undefined : this.pendingWriteAt(pull.runtime);
+    if (pendingAt !== undefined && (inFlight.length === 0 || (now - pendingAt < stallAfterMs && now - pull.lastProgressAt >= stallAfterMs))) {
+      return (pull.state === 'stalled' || pull.state === 'unpacking') && now - pendingAt < stallAfterMs ? 'downloading' : pull.state;
+    }
     if (pull.layers.size > 0 && inFlight.length === 0) {
       const quiet = now - pull.lastNewBlobAt;
       const hasLogs = this.logsSeenFrom.has(pull.runtime);

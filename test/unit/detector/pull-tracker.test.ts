@@ -297,3 +297,26 @@ describe('PullTracker and blobs whose origin is still being looked up', () => {
     expect(tracker.records()[0]?.layers.map((l) => l.digest)).toEqual(['sha256:big']);
   });
 });
+
+describe('PullTracker while a blob waits for its labels', () => {
+  it('does not call a pull stalled (or unpacking) while bytes move in a blob not yet attributed', () => {
+    let now = T0;
+    const tracker = new PullTracker({ stallAfterMs: 4000, slowBelowBytesPerSecond: 1, now: () => now, attributionWaitMs: 5000 });
+    const transitions: string[] = [];
+    const poll = (present: IngestStatus[]) => transitions.push(...tracker.observe({ kind: 'ingests', at: now, runtime: 'containerd', source: 'fs', present, closed: [] }).map((t) => t.kind));
+    tracker.observe({ kind: 'log', at: now, source: 't', event: { type: 'pull-started', component: 'containerd', image: '127.0.0.1:5000/a:v1' } });
+    let off = 0;
+    for (let i = 0; i < 5; i++) {
+      now += 1000; off += 1 << 20;
+      poll([{ key: 'k', ref: 'r', blobKind: 'layer', digest: 'sha256:a', offset: off, lastWriteAt: now, attributionPending: true }]);
+      transitions.push(...tracker.tick().map((t) => t.kind));
+    }
+    expect(transitions).not.toContain('stalled');
+    expect(transitions).not.toContain('unpacking');
+    // labels arrive: attached; then no byte for stall-after → stalled
+    poll([{ key: 'k', ref: 'r', blobKind: 'layer', digest: 'sha256:a', offset: off, lastWriteAt: now, registry: '127.0.0.1', repository: 'a' }]);
+    const lastByte = now;
+    while (!transitions.includes('stalled')) { now += 500; poll([{ key: 'k', ref: 'r', blobKind: 'layer', digest: 'sha256:a', offset: off, lastWriteAt: lastByte, registry: '127.0.0.1', repository: 'a' }]); transitions.push(...tracker.tick().map((t) => t.kind)); }
+    expect(now - lastByte).toBe(4000);
+  });
+});
