@@ -19,8 +19,8 @@ for (const version of ['1.6', '1.7'] as ContainerdVersion[]) {
       const pa = env.startPull(a);
       const pb = env.startPull(b);
       const [ra, rb] = await Promise.all([
-        env.agent.waitPull('stalled pull A', (p) => p.image === pa.ref && p.state === 'stalled' && layerOf(p, a.layers[1]!.digest) !== undefined),
-        env.agent.waitPull('stalled pull B', (p) => p.image === pb.ref && p.state === 'stalled' && layerOf(p, b.layers[1]!.digest) !== undefined),
+        env.agent.waitPull('stalled pull A', (p) => p.image === pa.ref && p.state === 'stalled' && layerOf(p, a.layers[1]!.digest)?.bytesDone === MiB),
+        env.agent.waitPull('stalled pull B', (p) => p.image === pb.ref && p.state === 'stalled' && layerOf(p, b.layers[1]!.digest)?.bytesDone === 3 * MiB),
       ]);
       expect(ra.id).not.toBe(rb.id);
       expect(ra.repository).toBe(a.repo);
