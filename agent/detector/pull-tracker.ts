@@ -197,8 +197,8 @@ export class PullTracker {
       const pull = this.findPullFor(runtime, ing) ?? this.createPullFromIngest(runtime, ing, at, out);
       this.addLayer(pull, key, ing, at);
     }
-    // Docker deletes its temp file after success and failure alike: a close is "done"; failures come from logs.
-    for (const c of closed) this.closeIngest(`${runtime}:${c.key}`, runtime === 'docker' ? true : c.committed, at);
+    // A close the source cannot judge (null) is "done"; failures come from logs.
+    for (const c of closed) this.closeIngest(`${runtime}:${c.key}`, c.committed ?? true, at);
     // ingests that vanished without being reported closed (source restarted, dir removed)
     for (const [key, pullId] of this.ingestOwner) {
       if (!key.startsWith(`${runtime}:`) || seen.has(key)) continue;

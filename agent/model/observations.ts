@@ -42,8 +42,12 @@ export interface IngestStatus {
 export interface ClosedIngest {
   key: string;
   digest?: string;
-  /** The blob now exists in the content store (committed); false means aborted/removed. */
-  committed: boolean;
+  /**
+   * The blob now exists in the content store (committed); false means aborted/removed; null means
+   * the source cannot tell (Docker deletes its temp file after success and failure alike): the
+   * blob is done, and a failure is known from other evidence (logs).
+   */
+  committed: boolean | null;
 }
 
 /** A pull-related line recognised in kubelet / containerd / CRI-O / Docker logs. */

@@ -18,3 +18,33 @@ export function pollRuntimeDir(dir: string, root: string): PolledDir {
     return { ok: false, cause: code === 'ENOENT' ? 'root-missing' : 'dir-unreadable', err };
   }
 }
+
+/**
+ * pollRuntimeDir with the bookkeeping both sources need: a problem is reported, and the dir appearing after a problem is logged once. Returns the entries, or undefined
+ * when there is no evidence this poll (emit nothing then).
+ */
+export class RuntimeDirPoller {
+  private missing = false;
+
+  constructor(
+    private readonly dir: string,
+    private readonly root: string,
+    private readonly unreadableCause: string,
+    private readonly report: (cause: string, err: unknown) => void,
+  ) {}
+
+  /** `found` runs when the dir is listed again after a problem. */
+  list(found: () => void): Dirent[] | undefined {
+    const listed = pollRuntimeDir(this.dir, this.root);
+    if (!listed.ok) {
+      this.report(listed.cause === 'root-missing' ? 'root-missing' : this.unreadableCause, listed.err);
+      this.missing = true;
+      return undefined;
+    }
+    if (this.missing) {
+      this.missing = false;
+      found();
+    }
+    return listed.entries;
+  }
+}

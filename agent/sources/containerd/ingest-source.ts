@@ -20,7 +20,7 @@ import type { ContainerdClient } from './grpc.js';
 import { isNotFound, isUnavailable } from './grpc-status.js';
 import { distributionSources, parseIngestRef, parseTimestamp, parseTotal, type IngestRef } from './ingest-files.js';
 import { ManifestIndex, pickManifest } from './manifest-index.js';
-import { pollRuntimeDir } from '../poll-dir.js';
+import { RuntimeDirPoller } from '../poll-dir.js';
 
 export const CONTENT_PLUGIN_DIR = 'io.containerd.content.v1.content';
 
@@ -108,7 +108,7 @@ export class ContainerdIngestSource implements Source {
   private versionDone = false;
   private nextVersionTryAt = 0;
   private socketDown = false;
-  private rootMissing = false;
+  private readonly dirPoller: RuntimeDirPoller;
   private readonly watchedManifests = new Set<string>();
   /** Counters for tests and benches. */
   readonly stats = { polls: 0, smallFileReads: 0, emitted: 0 };
@@ -117,6 +117,7 @@ export class ContainerdIngestSource implements Source {
     this.name = opts.name ?? 'containerd-ingest';
     this.contentDir = join(opts.root, CONTENT_PLUGIN_DIR);
     this.ingestDir = join(this.contentDir, 'ingest');
+    this.dirPoller = new RuntimeDirPoller(this.ingestDir, opts.root, 'ingest-dir-unreadable', (cause, err) => this.report(cause, err));
     this.blobsDir = join(this.contentDir, 'blobs', 'sha256');
     if (opts.namespaces && opts.namespaces.length > 0) this.namespaces = new Set(opts.namespaces);
     this.index = new ManifestIndex({
@@ -185,17 +186,8 @@ export class ContainerdIngestSource implements Source {
     const now = ctx.now();
     // containerd creates the content store dirs (and ingest/) with the first download. Without a
     // root there is no evidence: emit nothing, re-check every poll (a root appearing later works).
-    const listed = pollRuntimeDir(this.ingestDir, this.opts.root);
-    if (!listed.ok) {
-      this.report(listed.cause === 'root-missing' ? 'root-missing' : 'ingest-dir-unreadable', listed.err);
-      this.rootMissing = true;
-      return;
-    }
-    const entries = listed.entries;
-    if (this.rootMissing) {
-      this.rootMissing = false;
-      ctx.logger.info({ source: this.name, dir: this.ingestDir }, 'containerd content store found');
-    }
+    const entries = this.dirPoller.list(() => ctx.logger.info({ source: this.name, dir: this.ingestDir }, 'containerd content store found'));
+    if (!entries) return;
 
     const seen = new Set<string>();
     const present: IngestStatus[] = [];

@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import type Docker from 'dockerode';
 import type { ClosedIngest, IngestStatus } from '../../model/observations.js';
 import type { Source, SourceContext } from '../source.js';
-import { pollRuntimeDir } from '../poll-dir.js';
+import { RuntimeDirPoller } from '../poll-dir.js';
 
 export interface DockerTmpSourceOptions {
   /** dockerd data root (`data-root`), e.g. /var/lib/docker or /host/var/lib/docker. */
@@ -44,12 +44,13 @@ export class DockerTmpSource implements Source {
   private versionPending?: Promise<void>;
   private nextVersionTryAt = 0;
   private socketDown = false;
-  private rootMissing = false;
+  private readonly dirPoller: RuntimeDirPoller;
   readonly stats = { polls: 0, emitted: 0 };
 
   constructor(private readonly opts: DockerTmpSourceOptions) {
     this.name = opts.name ?? 'docker-tmp';
     this.tmpDir = join(opts.dockerRoot, 'tmp');
+    this.dirPoller = new RuntimeDirPoller(this.tmpDir, opts.dockerRoot, 'tmp-dir-unreadable', (cause, err) => this.report(cause, err));
   }
 
   async start(ctx: SourceContext): Promise<void> {
@@ -99,17 +100,8 @@ export class DockerTmpSource implements Source {
     this.stats.polls++;
     const now = ctx.now();
     // dockerd creates tmp/ at start; a root without it has no downloads.
-    const listed = pollRuntimeDir(this.tmpDir, this.opts.dockerRoot);
-    if (!listed.ok) {
-      this.report(listed.cause === 'root-missing' ? 'root-missing' : 'tmp-dir-unreadable', listed.err);
-      this.rootMissing = true;
-      return;
-    }
-    const entries = listed.entries;
-    if (this.rootMissing) {
-      this.rootMissing = false;
-      ctx.logger.info({ source: this.name, dir: this.tmpDir }, 'docker tmp dir found');
-    }
+    const entries = this.dirPoller.list(() => ctx.logger.info({ source: this.name, dir: this.tmpDir }, 'docker tmp dir found'));
+    if (!entries) return;
     const seen = new Set<string>();
     const present: IngestStatus[] = [];
     for (const e of entries) {
@@ -145,9 +137,8 @@ export class DockerTmpSource implements Source {
       if (seen.has(key)) continue;
       this.known.delete(key);
       // dockerd removes the file both after registering the layer and after a failure; the file
-      // alone cannot tell which. Reported as not committed: the detector completes Docker pulls
-      // from other evidence (logs, engine).
-      if (k.last) closed.push({ key, committed: false });
+      // alone cannot tell which (null); the detector learns failures from other evidence (logs).
+      if (k.last) closed.push({ key, committed: null });
     }
     this.stats.emitted++;
     ctx.emit({ kind: 'ingests', runtime: 'docker', source: this.name, at: now, present, closed });

@@ -234,7 +234,7 @@ describe('PullTracker attribution across sources', () => {
     const ing = { key: 'GetImageBlob1', ref: 'GetImageBlob1', blobKind: 'layer' as const, offset: 10, lastWriteAt: now };
     tracker.observe({ kind: 'ingests', at: now, runtime: 'docker', source: 'd', present: [ing], closed: [] });
     now += 1000;
-    tracker.observe({ kind: 'ingests', at: now, runtime: 'docker', source: 'd', present: [], closed: [{ key: 'GetImageBlob1', committed: false }] });
+    tracker.observe({ kind: 'ingests', at: now, runtime: 'docker', source: 'd', present: [], closed: [{ key: 'GetImageBlob1', committed: null }] });
     expect(tracker.records()[0]?.layers[0]?.state).toBe('committed');
   });
 });

@@ -37,7 +37,7 @@ describe('DockerTmpSource', () => {
     source.pollOnce();
     obs = t.lastIngests();
     expect(obs.present).toEqual([expect.objectContaining({ key: 'GetImageBlob123456789', offset: 1500, startedAt })]);
-    expect(obs.closed).toEqual([{ key: 'GetImageBlob987654321', committed: false }]);
+    expect(obs.closed).toEqual([{ key: 'GetImageBlob987654321', committed: null }]);
     expect(t.health.snapshot()).toEqual([]);
   });
 
